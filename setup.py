@@ -1,0 +1,5 @@
+"""Python package setup for catkin (catkin_python_setup); not for pip."""
+from catkin_pkg.python_setup import generate_distutils_setup
+from setuptools import setup
+
+setup(**generate_distutils_setup(packages=["overlay_manager"], package_dir={"": "."}))
