@@ -1,0 +1,85 @@
+"""Bring this machine onto the overlay: enrol once, never re-enrol or rename on restart."""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+from typing import Dict, Optional
+
+from .config import RobotConfig
+from .tailscale import EnrolError, EnrolRequest, LocalAPI, TailscaleError, enrol
+
+
+@dataclass(frozen=True)
+class EnrolResult:
+    """What ensure_enrolled did."""
+
+    action: str          # "already-enrolled" | "enrolled"
+    backend_state: str   # tailscaled's BackendState afterwards
+    message: str
+
+
+def tailscale_env(cfg: RobotConfig) -> Dict[str, str]:
+    """Environment for the tailscale CLI: trusts the fleet's private CA when ca_cert is set."""
+    env = dict(os.environ)
+    if cfg.ca_cert:
+        env["SSL_CERT_FILE"] = cfg.ca_cert
+    return env
+
+
+def _same_server(a: str, b: str) -> bool:
+    return a.rstrip("/").lower() == b.rstrip("/").lower()
+
+
+def ensure_enrolled(api: LocalAPI, cfg: RobotConfig, wait_s: Optional[float] = None) -> EnrolResult:
+    """Log in to cfg.login_server unless tailscaled already runs logged in to it.
+
+    Raises:
+        EnrolError: logged in to another server, no key file, bad key file, `tailscale up` failed,
+            or tailscaled not Running in time. Messages never contain the key.
+        TailscaleError: tailscaled not reachable.
+    """
+    status = api.status()
+    state = status.get("BackendState", "") if isinstance(status, dict) else ""
+    prefs = api.prefs()
+    control = prefs.get("ControlURL", "") if isinstance(prefs, dict) else ""
+    if state in ("Running", "Starting") and control:
+        if not _same_server(control, cfg.login_server):
+            raise EnrolError(
+                f"tailscaled is logged in to {control}, but {cfg.source} says login_server "
+                f"{cfg.login_server}; not re-enrolling. Run `tailscale logout` first to switch servers."
+            )
+        return EnrolResult("already-enrolled", state, f"already enrolled at {control}")
+    if not cfg.auth_key_file:
+        raise EnrolError(
+            f"tailscaled is not logged in (state {state or 'unknown'}) and {cfg.source} has no "
+            f"auth_key_file; get an enrolment bundle with `fleet bundle {cfg.hostname}`"
+        )
+    request = EnrolRequest(
+        login_server=cfg.login_server, hostname=cfg.hostname, auth_key_file=cfg.auth_key_file,
+        tags=list(cfg.tags), accept_dns=cfg.tailscale.accept_dns, timeout_s=cfg.tailscale.up_timeout,
+    )
+    try:
+        enrol(cfg.tailscale.cli, api.socket_path, request, env=tailscale_env(cfg))
+    except EnrolError as exc:
+        text = str(exc)
+        if "x509" in text or "certificate" in text:
+            raise EnrolError(
+                text + f" -- tailscaled does not trust the server's certificate: start tailscaled with "
+                f"SSL_CERT_FILE={cfg.ca_cert or '<fleet ca.crt>'} or install the CA with "
+                f"`overlay_env --config {cfg.source} --install-ca` (root), then restart tailscaled"
+            ) from None
+        raise
+    deadline = time.monotonic() + (wait_s if wait_s is not None else cfg.tailscale.up_timeout)
+    while True:
+        try:
+            state = api.status().get("BackendState", "")
+        except TailscaleError:
+            state = ""
+        if state == "Running":
+            return EnrolResult("enrolled", state, f"enrolled at {cfg.login_server} as {cfg.hostname}")
+        if time.monotonic() > deadline:
+            raise EnrolError(f"after `tailscale up`, tailscaled is in state {state or 'unknown'}, "
+                             f"not Running (waited for Running)")
+        time.sleep(0.2)

@@ -1,0 +1,385 @@
+"""The node's logic without ROS: polls tailscaled, tracks paths and latency, answers requests.
+
+node.py owns all ROS I/O and calls into OverlayMonitor; everything here takes and returns plain
+values so it is unit-testable against a fake LocalAPI.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import math
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, replace
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
+
+from . import links
+from .config import RobotConfig
+from .hosts import HostsError, entries_for, update_hosts_file
+from .peers import (
+    PATH_DERP,
+    PATH_DIRECT,
+    PATH_IDLE,
+    PATH_OFFLINE,
+    PATH_PEER_RELAY,
+    PATH_UNKNOWN,
+    NatInfo,
+    PathChangeEvent,
+    PeerState,
+    Snapshot,
+    derp_regions,
+    parse_netcheck,
+    parse_status,
+    path_changes,
+    ping_path,
+)
+from .ros_env import RosEnv, compute_env, resolve, tcp_answers
+from .tailscale import LocalAPI, TailscaleError, netcheck
+
+OVERLAY_V4 = ipaddress.ip_network("100.64.0.0/10")
+OVERLAY_V6 = ipaddress.ip_network("fd7a:115c:a1e0::/48")
+
+# diagnostic levels (same numbers as diagnostic_msgs/DiagnosticStatus)
+OK, WARN, ERROR = 0, 1, 2
+
+
+def is_overlay_address(addr: str) -> bool:
+    """True for Tailscale's CGNAT v4 range and ULA v6 range."""
+    try:
+        ip = ipaddress.ip_address(addr)
+    except ValueError:
+        return False
+    return ip in OVERLAY_V4 if ip.version == 4 else ip in OVERLAY_V6
+
+
+@dataclass(frozen=True)
+class PingOutcome:
+    """Result of ping_peer. Latencies in ms (NaN when none answered)."""
+
+    ok: bool
+    latency_min_ms: float = math.nan
+    latency_mean_ms: float = math.nan
+    latency_max_ms: float = math.nan
+    received: int = 0
+    path: str = PATH_UNKNOWN
+    endpoint: str = ""
+    message: str = ""
+
+
+@dataclass(frozen=True)
+class Check:
+    """One preflight check."""
+
+    name: str
+    ok: bool
+    message: str
+    hint: str = ""
+
+
+@dataclass(frozen=True)
+class Diagnostic:
+    """One /diagnostics entry, ROS-free."""
+
+    level: int
+    name: str
+    message: str
+    values: Tuple[Tuple[str, str], ...] = ()
+
+
+class OverlayMonitor:
+    """Polls tailscaled and keeps the overlay's state for the node.
+
+    Args:
+        cfg: validated robot config (node settings already merged with ~params).
+        api: LocalAPI client.
+        env: the ROS env this process actually runs with (ROS_HOSTNAME, ROS_MASTER_URI), for
+            preflight; None = os.environ.
+        clock: monotonic seconds (tests inject a fake).
+    """
+
+    def __init__(self, cfg: RobotConfig, api: LocalAPI, env: Optional[Dict[str, str]] = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.cfg = cfg
+        self.api = api
+        self.env = env
+        self.clock = clock
+        self.snapshot: Optional[Snapshot] = None
+        self.error: str = ""                      # last error reading tailscaled ("" = fine)
+        self.nat = NatInfo()
+        self.checks: List[Check] = []
+        self.hosts_error: str = ""
+        self._latency: Dict[str, float] = {}     # key: dns_name or name -> ms
+        self._lock = threading.Lock()
+        self._regions: Dict[int, str] = {}
+        self._hosts_entries: Optional[List[Tuple[str, Tuple[str, ...]]]] = None
+        self._pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="overlay-ping")
+
+    # ----- status ---------------------------------------------------------------------------
+    def poll(self) -> List[PathChangeEvent]:
+        """Read tailscaled's status once; returns the path changes since the last poll."""
+        try:
+            raw = self.api.status()
+        except TailscaleError as exc:
+            self.error = str(exc)
+            old = self.snapshot
+            self.snapshot = None
+            if old is None:
+                return []
+            return path_changes(old, Snapshot("", None, ()))
+        self.error = ""
+        snap = parse_status(raw)
+        with self._lock:
+            lat = dict(self._latency)
+        snap = replace(snap, peers=tuple(
+            replace(p, latency_ms=lat.get(self._key(p), math.nan)) for p in snap.peers))
+        old = self.snapshot
+        self.snapshot = snap
+        if self.cfg.node.manage_hosts:
+            self._update_hosts(snap)
+        return path_changes(old, snap)
+
+    @staticmethod
+    def _key(p: PeerState) -> str:
+        return p.dns_name or p.name
+
+    def _update_hosts(self, snap: Snapshot) -> None:
+        peers = list(snap.peers) + ([snap.self_peer] if snap.self_peer else [])
+        entries = [(a, tuple(n)) for a, n in entries_for(peers)]
+        if entries == self._hosts_entries:
+            return
+        try:
+            update_hosts_file(self.cfg.node.hosts_file, entries)
+            self._hosts_entries = entries
+            self.hosts_error = ""
+        except HostsError as exc:
+            self.hosts_error = str(exc)
+
+    def ros_env(self) -> RosEnv:
+        """ROS env in overlay names (uses tailscaled's own name for this machine when known)."""
+        self_dns = self.snapshot.self_peer.dns_name if self.snapshot and self.snapshot.self_peer else ""
+        return compute_env(self.cfg, self_dns)
+
+    def refresh_nat(self) -> NatInfo:
+        """Run a NAT check (tailscale netcheck) and keep the result; failures keep the old one."""
+        from .enrolment import tailscale_env
+        try:
+            if not self._regions:
+                self._regions = derp_regions(self.api.derp_map())
+            report = netcheck(self.cfg.tailscale.cli, self.api.socket_path, env=tailscale_env(self.cfg))
+            self.nat = parse_netcheck(report, self._regions)
+        except TailscaleError as exc:
+            self.nat = replace(self.nat, summary=f"NAT check failed: {exc}")
+        return self.nat
+
+    # ----- peers ----------------------------------------------------------------------------
+    def find(self, name: str) -> Optional[PeerState]:
+        """The peer named by short name, FQDN or overlay IP in the latest snapshot."""
+        return self.snapshot.find(name) if self.snapshot else None
+
+    def list_peers(self, online_only: bool = False, tag: str = "", path: str = "") -> List[PeerState]:
+        """Peers matching every given filter."""
+        if not self.snapshot:
+            return []
+        return [p for p in self.snapshot.peers
+                if (not online_only or p.online) and (not tag or tag in p.tags)
+                and (not path or p.path == path)]
+
+    def watched(self) -> List[PeerState]:
+        """Peers to keep fresh with disco pings: node.watch_peers, or every online peer."""
+        if not self.snapshot:
+            return []
+        names = self.cfg.node.watch_peers
+        peers = [p for p in self.snapshot.peers if p.online]
+        if names:
+            peers = [p for p in peers if any(p.matches(n) for n in names)]
+        return peers
+
+    def ping(self, name: str, count: int = 3, timeout_s: float = 5.0) -> PingOutcome:
+        """Disco pings to a peer; records its latency. Never raises."""
+        peer = self.find(name)
+        if peer is None:
+            return PingOutcome(False, message=f"unknown peer {name!r} (not in this machine's tailnet view)")
+        if not peer.addresses:
+            return PingOutcome(False, message=f"peer {peer.name} has no overlay address")
+        count = max(1, min(count or 3, 100))
+        timeout_s = timeout_s if timeout_s and timeout_s > 0 else 5.0
+        samples: List[float] = []
+        path, endpoint, last_err = PATH_UNKNOWN, "", ""
+        for _ in range(count):
+            try:
+                res = self.api.ping(peer.ipv4, "disco", timeout=timeout_s)
+            except TailscaleError as exc:
+                return PingOutcome(False, message=str(exc))
+            if res.get("Err"):
+                last_err = str(res.get("Err"))
+                continue
+            lat = res.get("LatencySeconds")
+            if isinstance(lat, (int, float)):
+                samples.append(float(lat) * 1000.0)
+            path, endpoint = ping_path(res)
+        if not samples:
+            return PingOutcome(False, path=PATH_UNKNOWN,
+                               message=f"no answer from {peer.name} ({peer.ipv4}): {last_err or 'timeout'}")
+        with self._lock:
+            self._latency[self._key(peer)] = samples[-1]
+        return PingOutcome(True, min(samples), sum(samples) / len(samples), max(samples),
+                           len(samples), path, endpoint, "")
+
+    def ping_watched(self, timeout_s: float = 3.0) -> None:
+        """One disco ping to every watched peer, in parallel (also refreshes their paths)."""
+        peers = self.watched()
+        list(self._pool.map(lambda p: self.ping(p.dns_name or p.name, 1, timeout_s), peers))
+
+    def wait_for_peer(self, name: str, timeout_s: float, require_direct: bool,
+                      should_stop: Callable[[], bool] = lambda: False) -> Tuple[bool, Optional[PeerState], float, str]:
+        """Wait until name answers a disco ping (on a direct path if asked) or timeout_s passes.
+
+        Returns (ok, peer, waited seconds, message).
+        """
+        timeout_s = timeout_s if timeout_s and timeout_s > 0 else 30.0
+        start = self.clock()
+        last = "peer not known yet"
+        while True:
+            waited = self.clock() - start
+            peer = self.find(name)
+            if peer is not None and peer.online:
+                out = self.ping(name, 1, min(2.0, max(0.5, timeout_s - waited)))
+                if out.ok and (not require_direct or out.path == PATH_DIRECT):
+                    return True, self.find(name) or peer, self.clock() - start, ""
+                last = (f"path is {out.path}, not direct" if out.ok else out.message)
+            elif peer is not None:
+                last = f"{peer.name} is offline"
+            if self.clock() - start >= timeout_s or should_stop():
+                return False, peer, self.clock() - start, (
+                    f"timed out after {timeout_s:.1f} s waiting for {name}"
+                    f"{' on a direct path' if require_direct else ''}: {last}")
+            time.sleep(0.2)
+
+    def measure_link(self, name: str, duration_s: float, udp_mbps: float) -> Tuple[bool, links.LinkResult, str, str]:
+        """iperf3 + ping against a peer. Returns (ok, result, path, message). Never raises."""
+        peer = self.find(name)
+        if peer is None:
+            return False, links.LinkResult(), PATH_UNKNOWN, f"unknown peer {name!r}"
+        if not peer.ipv4:
+            return False, links.LinkResult(), PATH_UNKNOWN, f"peer {peer.name} has no overlay address"
+        duration_s = duration_s if duration_s and duration_s > 0 else 3.0
+        udp_mbps = udp_mbps if udp_mbps and udp_mbps > 0 else 10.0
+        try:
+            result = links.measure(peer.ipv4, self.cfg.node.iperf_port, duration_s, udp_mbps)
+        except links.LinkError as exc:
+            return False, links.LinkResult(), peer.path, f"{peer.name}: {exc}"
+        self.poll()
+        after = self.find(name)
+        return True, result, (after or peer).path, ""
+
+    # ----- preflight and diagnostics --------------------------------------------------------
+    def preflight(self) -> List[Check]:
+        """Check this machine's ROS names resolve to overlay addresses and the master answers."""
+        import os
+        env = self.env if self.env is not None else dict(os.environ)
+        want = self.ros_env()
+        checks: List[Check] = []
+        own = set(self.snapshot.self_peer.addresses) if self.snapshot and self.snapshot.self_peer else set()
+        host = env.get("ROS_HOSTNAME", "")
+        if host.rstrip(".") != want.ros_hostname:
+            checks.append(Check("ros_hostname_set", False,
+                                f"ROS_HOSTNAME is {host!r}, not this machine's overlay name {want.ros_hostname}",
+                                'eval "$(rosrun overlay_manager overlay_env --config <robot.yaml>)" before roslaunch'))
+        else:
+            checks.append(Check("ros_hostname_set", True, f"ROS_HOSTNAME={host}"))
+        addrs = resolve(want.ros_hostname)
+        if not addrs:
+            checks.append(Check("ros_hostname_resolves", False, f"{want.ros_hostname} does not resolve",
+                                "turn MagicDNS on (accept_dns) or set node.manage_hosts: true"))
+        elif own and not set(addrs) & own:
+            checks.append(Check("ros_hostname_resolves", False,
+                                f"{want.ros_hostname} resolves to {', '.join(addrs)}, not to this machine's "
+                                f"overlay address {', '.join(sorted(own))}",
+                                "remove stale entries for this name from /etc/hosts or DNS"))
+        else:
+            checks.append(Check("ros_hostname_resolves", True, f"{want.ros_hostname} -> {', '.join(addrs)}"))
+        master = self.cfg.master_fqdn
+        maddrs = resolve(master)
+        if not maddrs:
+            checks.append(Check("master_resolves", False, f"master {master} does not resolve",
+                                "is the master machine enrolled? turn MagicDNS on or node.manage_hosts: true"))
+        elif not any(is_overlay_address(a) or a.startswith("127.") for a in maddrs):
+            checks.append(Check("master_resolves", False,
+                                f"master {master} resolves to {', '.join(maddrs)}, not an overlay address",
+                                "fix DNS or /etc/hosts so overlay names map to 100.64.0.0/10 addresses"))
+        else:
+            checks.append(Check("master_resolves", True, f"{master} -> {', '.join(maddrs)}"))
+        if maddrs and tcp_answers(master, self.cfg.master_port, 2.0):
+            checks.append(Check("master_xmlrpc", True, f"{master}:{self.cfg.master_port} answers"))
+        else:
+            checks.append(Check("master_xmlrpc", False,
+                                f"ROS master XML-RPC {master}:{self.cfg.master_port} does not answer",
+                                "start roscore on the master machine; check the overlay path to it"))
+        self.checks = checks
+        return checks
+
+    def diagnostics(self) -> List[Diagnostic]:
+        """One entry for the overlay and one per peer (OK direct, WARN relayed/idle, ERROR offline)."""
+        out: List[Diagnostic] = []
+        snap = self.snapshot
+        if snap is None:
+            out.append(Diagnostic(ERROR, "overlay", f"tailscaled not reachable: {self.error}"))
+            return out
+        values = [("backend_state", snap.backend_state), ("login_server", self.cfg.login_server),
+                  ("control_reachable", str(snap.control_reachable)), ("nat", self.nat.summary),
+                  ("peers", str(len(snap.peers))),
+                  ("ros_hostname", self.ros_env().ros_hostname),
+                  ("ros_master_uri", self.ros_env().ros_master_uri)]
+        if snap.self_peer:
+            values.append(("addresses", " ".join(snap.self_peer.addresses)))
+        for h in snap.health:
+            values.append(("health", h))
+        failing = [c for c in self.checks if not c.ok]
+        for c in self.checks:
+            values.append((f"preflight {c.name}", c.message + (f" -- {c.hint}" if c.hint and not c.ok else "")))
+        if snap.backend_state != "Running":
+            level, msg = ERROR, f"not enrolled: tailscaled state is {snap.backend_state or 'unknown'}"
+        elif not snap.control_reachable:
+            level, msg = WARN, "control server unreachable: existing links keep working, changes wait"
+        elif self.hosts_error:
+            level, msg = WARN, self.hosts_error
+        elif failing:
+            level, msg = WARN, f"preflight: {failing[0].message} -- {failing[0].hint}"
+        elif snap.health:
+            level, msg = WARN, snap.health[0]
+        else:
+            level, msg = OK, f"enrolled as {snap.self_peer.dns_name if snap.self_peer else '?'}"
+        out.append(Diagnostic(level, "overlay", msg, tuple(values)))
+        for p in snap.peers:
+            pv = (("dns_name", p.dns_name), ("addresses", " ".join(p.addresses)), ("path", p.path),
+                  ("endpoint", p.endpoint), ("relay_region", p.relay_region),
+                  ("latency_ms", "unknown" if math.isnan(p.latency_ms) else f"{p.latency_ms:.2f}"))
+            if p.path == PATH_OFFLINE:
+                d = Diagnostic(ERROR, f"peer {p.name}", "offline", pv)
+            elif p.path == PATH_DIRECT:
+                d = Diagnostic(OK, f"peer {p.name}", f"direct via {p.endpoint}", pv)
+            elif p.path == PATH_DERP:
+                reason = "relayed through DERP"
+                if self.nat.known and not self.nat.udp:
+                    reason += ": UDP is blocked on this network"
+                elif self.nat.known and self.nat.hard_nat:
+                    reason += ": this machine is behind a hard (symmetric) NAT"
+                else:
+                    reason += " (hole punching failed or not finished; the peer's NAT may be hard)"
+                d = Diagnostic(WARN, f"peer {p.name}", f"{reason}, region {p.relay_region}", pv)
+            elif p.path == PATH_PEER_RELAY:
+                d = Diagnostic(WARN, f"peer {p.name}", f"relayed through peer relay {p.endpoint}", pv)
+            elif p.path == PATH_IDLE:
+                d = Diagnostic(OK, f"peer {p.name}", "online, idle (no traffic yet: path unknown)", pv)
+            else:
+                d = Diagnostic(WARN, f"peer {p.name}", "path unknown", pv)
+            out.append(d)
+        return out
+
+    def close(self) -> None:
+        """Stop background pings."""
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+
+KNOWN_PATHS: Sequence[str] = (PATH_UNKNOWN, PATH_IDLE, PATH_DIRECT, PATH_DERP, PATH_PEER_RELAY, PATH_OFFLINE)

@@ -1,0 +1,344 @@
+"""tailscaled status JSON -> typed peer values, path classification and change detection (pure).
+
+Path rule (measured, see shared/ENVIRONMENT.md), from ipnstate.PeerStatus:
+- not Online                      -> offline
+- CurAddr non-empty               -> direct (endpoint = CurAddr)
+- PeerRelay non-empty             -> peer-relay
+- Active with both empty          -> derp (region = Relay, the peer's home DERP region)
+- otherwise                       -> idle (no recent traffic: no path known yet)
+``Relay`` alone does NOT mean relayed: it is always set to the peer's home region.
+
+Unknown JSON fields are ignored; missing ones become "unknown" values (empty strings, NaN, None).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timezone
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple
+
+PATH_UNKNOWN = "unknown"
+PATH_IDLE = "idle"
+PATH_DIRECT = "direct"
+PATH_DERP = "derp"
+PATH_PEER_RELAY = "peer-relay"
+PATH_OFFLINE = "offline"
+PATH_SELF = "self"
+PATHS = (PATH_UNKNOWN, PATH_IDLE, PATH_DIRECT, PATH_DERP, PATH_PEER_RELAY, PATH_OFFLINE)
+
+ZERO_TIME = "0001-01-01T00:00:00Z"
+
+
+@dataclass(frozen=True)
+class PeerState:
+    """One machine on the overlay as tailscaled reports it.
+
+    Times are POSIX seconds (0.0 = never/unknown); byte counters since tailscaled started.
+    """
+
+    name: str                      # short name (HostName, or the first DNS label)
+    dns_name: str                  # overlay FQDN without trailing dot ("" = unknown)
+    addresses: Tuple[str, ...]     # overlay IPs, IPv4 first
+    online: bool
+    active: bool
+    path: str                      # one of PATHS (or PATH_SELF for this machine)
+    endpoint: str = ""             # "ip:port" when direct; relay endpoint when peer-relay
+    relay_region: str = ""         # home DERP region code (the relay in use when path == derp)
+    latency_ms: float = math.nan   # last measured RTT through the overlay; NaN = unknown
+    last_handshake: float = 0.0
+    last_seen: float = 0.0
+    rx_bytes: int = 0
+    tx_bytes: int = 0
+    tags: Tuple[str, ...] = ()
+    os: str = ""
+    node_id: str = ""              # tailscaled's stable node id
+
+    def matches(self, query: str) -> bool:
+        """True when query names this peer: short name, FQDN (trailing dot ok) or overlay IP."""
+        q = query.strip().rstrip(".").lower()
+        return bool(q) and (q == self.name.lower() or q == self.dns_name.lower() or q in self.addresses)
+
+    @property
+    def ipv4(self) -> str:
+        """First IPv4 overlay address, or the first address, or ""."""
+        for a in self.addresses:
+            if ":" not in a:
+                return a
+        return self.addresses[0] if self.addresses else ""
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """One read of tailscaled's status."""
+
+    backend_state: str                     # "" = unknown
+    self_peer: Optional[PeerState]
+    peers: Tuple[PeerState, ...]           # sorted by name
+    health: Tuple[str, ...] = ()
+    magic_dns_suffix: str = ""
+    control_reachable: bool = False        # Self.Online: in the control server's map poll
+    version: str = ""
+    derp_regions: Mapping[int, str] = field(default_factory=dict)  # region id -> code
+
+    def find(self, query: str) -> Optional[PeerState]:
+        """The peer named by short name, FQDN or overlay IP; None when unknown."""
+        for p in self.peers:
+            if p.matches(query):
+                return p
+        return None
+
+
+def parse_time(value: Any) -> float:
+    """RFC 3339 time from Go's JSON -> POSIX seconds; 0.0 for zero, missing or malformed."""
+    if not isinstance(value, str) or not value or value.startswith("0001-01-01"):
+        return 0.0
+    text = value.strip()
+    if text.endswith("Z"):
+        text = text[:-1] + "+00:00"
+    # Python 3.11 accepts at most 6 fractional digits; Go prints up to 9.
+    if "." in text:
+        head, _, rest = text.partition(".")
+        digits = ""
+        tail = ""
+        for i, ch in enumerate(rest):
+            if not ch.isdigit():
+                tail = rest[i:]
+                break
+            digits += ch
+        text = f"{head}.{digits[:6].ljust(6, '0')}{tail}"
+    try:
+        dt = datetime.fromisoformat(text)
+    except ValueError:
+        return 0.0
+    if dt.tzinfo is None:
+        dt = dt.replace(tzinfo=timezone.utc)
+    return dt.timestamp()
+
+
+def _str(d: Mapping[str, Any], key: str) -> str:
+    v = d.get(key)
+    return v if isinstance(v, str) else ""
+
+
+def _int(d: Mapping[str, Any], key: str) -> int:
+    v = d.get(key)
+    return int(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0 else 0
+
+
+def _strs(d: Mapping[str, Any], key: str) -> Tuple[str, ...]:
+    v = d.get(key)
+    if not isinstance(v, list):
+        return ()
+    return tuple(x for x in v if isinstance(x, str))
+
+
+def classify_path(ps: Mapping[str, Any]) -> Tuple[str, str]:
+    """Path of one ipnstate.PeerStatus dict -> (path, endpoint); see the module docstring."""
+    online = ps.get("Online")
+    if online is False:
+        return PATH_OFFLINE, ""
+    cur = _str(ps, "CurAddr")
+    if cur:
+        return PATH_DIRECT, cur
+    relay = _str(ps, "PeerRelay")
+    if relay:
+        return PATH_PEER_RELAY, relay
+    active = ps.get("Active")
+    if active is True:
+        return PATH_DERP, ""
+    if active is False or online is True:
+        return PATH_IDLE, ""
+    return PATH_UNKNOWN, ""
+
+
+def short_name(ps: Mapping[str, Any]) -> str:
+    """The peer's short name: first label of DNSName (unique in the tailnet), else HostName."""
+    dns = _str(ps, "DNSName").rstrip(".")
+    if dns:
+        return dns.split(".", 1)[0]
+    return _str(ps, "HostName")
+
+
+def _sort_addresses(addrs: Iterable[str]) -> Tuple[str, ...]:
+    return tuple(sorted(addrs, key=lambda a: (":" in a, a)))
+
+
+def parse_peer(ps: Mapping[str, Any], is_self: bool = False) -> PeerState:
+    """One ipnstate.PeerStatus dict -> PeerState (lenient: missing fields -> unknown)."""
+    if is_self:
+        path, endpoint = PATH_SELF, ""
+    else:
+        path, endpoint = classify_path(ps)
+    return PeerState(
+        name=short_name(ps),
+        dns_name=_str(ps, "DNSName").rstrip("."),
+        addresses=_sort_addresses(_strs(ps, "TailscaleIPs")),
+        online=ps.get("Online") is True,
+        active=ps.get("Active") is True,
+        path=path,
+        endpoint=endpoint,
+        relay_region=_str(ps, "Relay"),
+        last_handshake=parse_time(ps.get("LastHandshake")),
+        last_seen=parse_time(ps.get("LastSeen")),
+        rx_bytes=_int(ps, "RxBytes"),
+        tx_bytes=_int(ps, "TxBytes"),
+        tags=_strs(ps, "Tags"),
+        os=_str(ps, "OS"),
+        node_id=_str(ps, "ID"),
+    )
+
+
+def parse_status(status: Mapping[str, Any]) -> Snapshot:
+    """A LocalAPI /status dict -> Snapshot. Never raises on odd input."""
+    self_raw = status.get("Self")
+    self_peer = parse_peer(self_raw, is_self=True) if isinstance(self_raw, dict) else None
+    peers_raw = status.get("Peer")
+    peers: List[PeerState] = []
+    if isinstance(peers_raw, dict):
+        for ps in peers_raw.values():
+            if isinstance(ps, dict):
+                peers.append(parse_peer(ps))
+    peers.sort(key=lambda p: (p.name, p.dns_name))
+    suffix = _str(status, "MagicDNSSuffix")
+    tailnet = status.get("CurrentTailnet")
+    if not suffix and isinstance(tailnet, dict):
+        suffix = _str(tailnet, "MagicDNSSuffix")
+    return Snapshot(
+        backend_state=_str(status, "BackendState"),
+        self_peer=self_peer,
+        peers=tuple(peers),
+        health=_strs(status, "Health"),
+        magic_dns_suffix=suffix,
+        control_reachable=isinstance(self_raw, dict) and self_raw.get("Online") is True,
+        version=_str(status, "Version"),
+    )
+
+
+def derp_regions(derp_map: Mapping[str, Any]) -> Dict[int, str]:
+    """tailcfg.DERPMap dict -> {region id: region code}."""
+    out: Dict[int, str] = {}
+    regions = derp_map.get("Regions")
+    if isinstance(regions, dict):
+        for key, reg in regions.items():
+            if isinstance(reg, dict):
+                try:
+                    rid = int(reg.get("RegionID", key))
+                except (TypeError, ValueError):
+                    continue
+                out[rid] = _str(reg, "RegionCode") or str(rid)
+    return out
+
+
+def with_latency(snapshot: Snapshot, latency_ms: Mapping[str, float]) -> Snapshot:
+    """Copy of snapshot with latency_ms filled from a {node key: ms} map (key: dns_name or name)."""
+    peers = tuple(
+        replace(p, latency_ms=latency_ms.get(p.dns_name or p.name, math.nan)) for p in snapshot.peers
+    )
+    return replace(snapshot, peers=peers)
+
+
+@dataclass(frozen=True)
+class PathChangeEvent:
+    """A peer's path changed between two snapshots ("" old_path: first time seen)."""
+
+    peer: PeerState
+    old_path: str
+    new_path: str
+
+
+def path_changes(old: Optional[Snapshot], new: Snapshot) -> List[PathChangeEvent]:
+    """Every peer whose path differs between old and new (peers are matched by node id or name).
+
+    A peer that disappeared from the tailnet is reported as a change to offline.
+    """
+    def key(p: PeerState) -> str:
+        return p.node_id or p.dns_name or p.name
+
+    before: Dict[str, PeerState] = {key(p): p for p in old.peers} if old else {}
+    events: List[PathChangeEvent] = []
+    seen = set()
+    for p in new.peers:
+        k = key(p)
+        seen.add(k)
+        prev = before.get(k)
+        old_path = prev.path if prev else ""
+        if old_path != p.path:
+            events.append(PathChangeEvent(p, old_path, p.path))
+    for k, prev in before.items():
+        if k not in seen and prev.path != PATH_OFFLINE:
+            events.append(PathChangeEvent(replace(prev, online=False, path=PATH_OFFLINE,
+                                                  endpoint=""), prev.path, PATH_OFFLINE))
+    return events
+
+
+def ping_path(result: Mapping[str, Any]) -> Tuple[str, str]:
+    """An ipnstate.PingResult dict -> (path, endpoint or DERP region code) the ping used."""
+    if _str(result, "Err"):
+        return PATH_UNKNOWN, ""
+    if _str(result, "Endpoint"):
+        return PATH_DIRECT, _str(result, "Endpoint")
+    if _str(result, "PeerRelay"):
+        return PATH_PEER_RELAY, _str(result, "PeerRelay")
+    if _int(result, "DERPRegionID") or _str(result, "DERPRegionCode"):
+        return PATH_DERP, _str(result, "DERPRegionCode") or str(_int(result, "DERPRegionID"))
+    return PATH_UNKNOWN, ""
+
+
+@dataclass(frozen=True)
+class NatInfo:
+    """What this machine's NAT allows, from a netcheck report (netcheck.Report JSON)."""
+
+    known: bool = False
+    udp: bool = False
+    hard_nat: bool = False
+    hard_nat_known: bool = False
+    preferred_derp: str = ""
+    preferred_derp_latency_ms: float = math.nan
+    summary: str = "NAT not checked yet"
+
+
+def _opt_bool(v: Any) -> Optional[bool]:
+    """Go's opt.Bool JSON ("true"/"false"/"" or a bool) -> bool or None (unknown)."""
+    if isinstance(v, bool):
+        return v
+    if v == "true":
+        return True
+    if v == "false":
+        return False
+    return None
+
+
+def parse_netcheck(report: Mapping[str, Any], regions: Mapping[int, str]) -> NatInfo:
+    """netcheck.Report dict (+ DERP region codes) -> NatInfo with a plain-words summary."""
+    udp = report.get("UDP") is True
+    varies = _opt_bool(report.get("MappingVariesByDestIP"))
+    pref_id = _int(report, "PreferredDERP")
+    pref = regions.get(pref_id, str(pref_id) if pref_id else "")
+    latency = math.nan
+    lat_map = report.get("RegionLatency")
+    if isinstance(lat_map, dict) and pref_id:
+        v = lat_map.get(str(pref_id))
+        if isinstance(v, (int, float)):
+            latency = float(v) / 1e6  # Go time.Duration: nanoseconds
+    if not udp:
+        summary = "UDP blocked: every link will be relayed through DERP"
+    elif varies is True:
+        summary = ("hard NAT (mapping varies by destination): links to peers behind "
+                   "port-restricted or hard NATs will be relayed")
+    elif varies is False:
+        summary = "easy NAT (endpoint-independent mapping): direct links are possible"
+    else:
+        summary = "UDP works; NAT mapping behaviour unknown"
+    if pref:
+        lat = "" if math.isnan(latency) else f" ({latency:.1f} ms)"
+        summary += f"; home DERP {pref}{lat}"
+    return NatInfo(
+        known=True,
+        udp=udp,
+        hard_nat=varies is True,
+        hard_nat_known=varies is not None,
+        preferred_derp=pref,
+        preferred_derp_latency_ms=latency,
+        summary=summary,
+    )

@@ -1,0 +1,143 @@
+"""Overlay names for ROS_MASTER_URI / ROS_HOSTNAME, and the `overlay_env` command.
+
+    eval "$(rosrun overlay_manager overlay_env --config robot.yaml)"
+
+prints ``export ROS_HOSTNAME=<this machine's overlay name>``, ``export
+ROS_MASTER_URI=http://<master's overlay name>:<port>`` and ``unset ROS_IP``. It needs only the
+config (overlay name = <hostname>.<base_domain>), so it works before the node runs. Options can
+enrol the machine, write the managed hosts block and wait for the master first.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shlex
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from typing import List, Optional
+
+from .config import ConfigError, RobotConfig, load_robot_config
+
+DEFAULT_CONFIG = "/etc/overlay_manager/robot.yaml"
+CONFIG_ENV = "OVERLAY_MANAGER_CONFIG"
+
+
+@dataclass(frozen=True)
+class RosEnv:
+    """ROS network environment in overlay names."""
+
+    ros_master_uri: str   # http://<master FQDN>:<port>
+    ros_hostname: str     # this machine's FQDN
+
+    def shell(self) -> str:
+        """Lines for eval in sh/bash/zsh (and systemd EnvironmentFile after stripping 'export ')."""
+        return (f"export ROS_HOSTNAME={shlex.quote(self.ros_hostname)}\n"
+                f"export ROS_MASTER_URI={shlex.quote(self.ros_master_uri)}\n"
+                "unset ROS_IP\n")
+
+
+def compute_env(cfg: RobotConfig, self_dns_name: str = "") -> RosEnv:
+    """ROS env for cfg. self_dns_name (from tailscaled, when known) wins over the computed name."""
+    host = self_dns_name.rstrip(".") or cfg.fqdn
+    return RosEnv(ros_master_uri=f"http://{cfg.master_fqdn}:{cfg.master_port}", ros_hostname=host)
+
+
+def resolve(name: str) -> List[str]:
+    """Addresses name resolves to on this machine (empty when it does not resolve)."""
+    try:
+        return sorted({ai[4][0] for ai in socket.getaddrinfo(name, None, proto=socket.IPPROTO_TCP)})
+    except (socket.gaierror, UnicodeError):
+        return []
+
+
+def tcp_answers(host: str, port: int, timeout_s: float = 2.0) -> bool:
+    """True when a TCP connection to host:port succeeds within timeout_s seconds."""
+    try:
+        with socket.create_connection((host, port), timeout=timeout_s):
+            return True
+    except OSError:
+        return False
+
+
+def install_ca(cfg: RobotConfig) -> str:
+    """Copy cfg.ca_cert into the system trust store (Debian/Ubuntu; needs root). Returns a message."""
+    if not cfg.ca_cert:
+        raise ConfigError(cfg.source, "ca_cert", "not set; nothing to install")
+    target = f"/usr/local/share/ca-certificates/overlay_manager-{cfg.base_domain}.crt"
+    shutil.copyfile(cfg.ca_cert, target)
+    subprocess.run(["update-ca-certificates"], check=True, capture_output=True)
+    return f"installed {cfg.ca_cert} as {target}; restart tailscaled so it trusts the fleet CA"
+
+
+def _err(msg: str) -> None:
+    print(f"overlay_env: {msg}", file=sys.stderr)
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    """overlay_env command line; exit 0 ok, 1 runtime failure, 2 bad config/usage."""
+    ap = argparse.ArgumentParser(
+        prog="overlay_env",
+        description="Print ROS_HOSTNAME/ROS_MASTER_URI in overlay names for eval in a shell.")
+    ap.add_argument("--config", default=os.environ.get(CONFIG_ENV, DEFAULT_CONFIG),
+                    help=f"robot config (default ${CONFIG_ENV} or {DEFAULT_CONFIG})")
+    ap.add_argument("--enrol", action="store_true",
+                    help="log tailscaled in first if it is not (uses auth_key_file)")
+    ap.add_argument("--write-hosts", action="store_true",
+                    help="write the managed overlay-names block into node.hosts_file now")
+    ap.add_argument("--wait-master", type=float, default=0.0, metavar="SECONDS",
+                    help="wait up to SECONDS for the master's XML-RPC port to answer")
+    ap.add_argument("--install-ca", action="store_true",
+                    help="install ca_cert into the system trust store (root) and exit")
+    args = ap.parse_args(argv)
+    try:
+        cfg = load_robot_config(args.config)
+    except ConfigError as exc:
+        _err(f"{exc}\n  (pass --config FILE or set {CONFIG_ENV}; example: config/robot.example.yaml)")
+        return 2
+    if args.install_ca:
+        try:
+            print(install_ca(cfg), file=sys.stderr)
+        except (OSError, subprocess.CalledProcessError, ConfigError) as exc:
+            _err(f"cannot install CA: {exc}")
+            return 1
+        return 0
+    self_dns = ""
+    if args.enrol or args.write_hosts:
+        from .enrolment import ensure_enrolled
+        from .hosts import HostsError, entries_for, update_hosts_file
+        from .peers import parse_status
+        from .tailscale import LocalAPI, TailscaleError
+        api = LocalAPI(cfg.tailscale.socket)
+        try:
+            if args.enrol:
+                result = ensure_enrolled(api, cfg)
+                print(f"overlay_env: {result.message}", file=sys.stderr)
+            snap = parse_status(api.status())
+            if snap.self_peer:
+                self_dns = snap.self_peer.dns_name
+            if args.write_hosts:
+                peers = list(snap.peers) + ([snap.self_peer] if snap.self_peer else [])
+                update_hosts_file(cfg.node.hosts_file, entries_for(peers))
+                print(f"overlay_env: wrote {len(peers)} overlay names to {cfg.node.hosts_file}",
+                      file=sys.stderr)
+        except (TailscaleError, HostsError) as exc:
+            _err(str(exc))
+            return 1
+    env = compute_env(cfg, self_dns)
+    if args.wait_master > 0:
+        host = cfg.master_fqdn
+        deadline = time.monotonic() + args.wait_master
+        while not tcp_answers(host, cfg.master_port, 1.0):
+            if time.monotonic() > deadline:
+                _err(f"ROS master {host}:{cfg.master_port} did not answer within {args.wait_master:.0f} s "
+                     f"(resolves to {resolve(host) or 'nothing'}); is roscore running there and is "
+                     f"the overlay up?")
+                return 1
+            time.sleep(0.5)
+    sys.stdout.write(env.shell())
+    return 0

@@ -1,0 +1,316 @@
+"""Client for tailscaled: its LocalAPI on a unix socket, plus the CLI for `up` and `netcheck`.
+
+The LocalAPI is plain HTTP/1.1 on tailscaled's unix socket with Host ``local-tailscaled.sock``
+(the same JSON `tailscale status --json` prints). Only the standard library is used. Tailscale's
+JSON is not a stable API: callers get raw dicts here and parse them leniently in peers.py.
+
+Typed errors, modelled on tailscale's own client:
+- TailscaledNotRunning: the socket is missing or refuses connections (with a hint how to start it);
+- AccessDenied: the socket exists but this user may not use it (run as root or `tailscale set
+  --operator`);
+- LocalAPIError: tailscaled answered with an HTTP error;
+- EnrolError: `tailscale up` failed (never contains the auth key).
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import socket
+import stat
+import subprocess
+import urllib.parse
+from dataclasses import dataclass
+from typing import Any, Callable, Dict, List, Optional
+
+DEFAULT_SOCKET = "/var/run/tailscale/tailscaled.sock"
+LOCALAPI_HOST = "local-tailscaled.sock"
+
+
+class TailscaleError(Exception):
+    """Base class of every error talking to tailscaled."""
+
+
+class TailscaledNotRunning(TailscaleError):
+    """tailscaled's LocalAPI socket is missing or refuses connections."""
+
+    def __init__(self, socket_path: str, detail: str) -> None:
+        super().__init__(
+            f"tailscaled is not reachable at {socket_path} ({detail}); is tailscaled running? "
+            f"Start it (e.g. `systemctl start tailscaled`) or set tailscale.socket in the robot config "
+            f"to the socket it was started with (--socket)."
+        )
+        self.socket_path = socket_path
+
+
+class AccessDenied(TailscaleError):
+    """The LocalAPI socket exists but this process may not use it."""
+
+    def __init__(self, socket_path: str) -> None:
+        super().__init__(
+            f"access to tailscaled's socket {socket_path} denied; run the node as root or allow this "
+            f"user with `tailscale set --operator=$USER`."
+        )
+        self.socket_path = socket_path
+
+
+class LocalAPIError(TailscaleError):
+    """tailscaled answered a LocalAPI request with an HTTP error."""
+
+    def __init__(self, endpoint: str, status: int, body: str) -> None:
+        body = body.strip()
+        try:
+            body = str(json.loads(body).get("error", body))
+        except (ValueError, AttributeError):
+            pass
+        super().__init__(f"tailscaled LocalAPI {endpoint}: HTTP {status}: {body[:300]}")
+        self.status = status
+
+
+class EnrolError(TailscaleError):
+    """Logging in to the control server failed. The message never contains the auth key."""
+
+
+class _UnixHTTPConnection(http.client.HTTPConnection):
+    """HTTPConnection over a unix socket."""
+
+    def __init__(self, socket_path: str, timeout: float) -> None:
+        super().__init__(LOCALAPI_HOST, timeout=timeout)
+        self._socket_path = socket_path
+
+    def connect(self) -> None:  # noqa: D102 - http.client API
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.settimeout(self.timeout)
+        sock.connect(self._socket_path)
+        self.sock = sock
+
+
+Transport = Callable[[str, str, Optional[bytes], float], "tuple[int, bytes]"]
+"""(method, path with query, body, timeout in s) -> (HTTP status, body); injectable for tests."""
+
+
+class LocalAPI:
+    """tailscaled's LocalAPI.
+
+    Args:
+        socket_path: tailscaled's unix socket (its --socket flag).
+        timeout: default seconds for one request.
+        transport: replaces the unix-socket HTTP transport (tests).
+    """
+
+    def __init__(
+        self,
+        socket_path: str = DEFAULT_SOCKET,
+        timeout: float = 5.0,
+        transport: Optional[Transport] = None,
+    ) -> None:
+        self.socket_path = socket_path
+        self.timeout = timeout
+        self._transport = transport or self._unix_transport
+
+    def _unix_transport(
+        self, method: str, path: str, body: Optional[bytes], timeout: float
+    ) -> "tuple[int, bytes]":
+        conn = _UnixHTTPConnection(self.socket_path, timeout)
+        try:
+            try:
+                conn.request(method, path, body=body, headers={"Host": LOCALAPI_HOST})
+                resp = conn.getresponse()
+                return resp.status, resp.read()
+            except FileNotFoundError:
+                raise TailscaledNotRunning(self.socket_path, "no such socket") from None
+            except ConnectionRefusedError:
+                raise TailscaledNotRunning(self.socket_path, "connection refused") from None
+            except PermissionError:
+                raise AccessDenied(self.socket_path) from None
+            except socket.timeout:
+                raise TailscaleError(
+                    f"tailscaled at {self.socket_path} did not answer {path} within {timeout:.1f} s"
+                ) from None
+            except OSError as exc:
+                raise TailscaledNotRunning(self.socket_path, exc.strerror or str(exc)) from None
+        finally:
+            conn.close()
+
+    def _request(
+        self,
+        method: str,
+        endpoint: str,
+        query: Optional[Dict[str, str]] = None,
+        body: Optional[bytes] = None,
+        timeout: Optional[float] = None,
+    ) -> Any:
+        path = "/localapi/v0/" + endpoint
+        if query:
+            path += "?" + urllib.parse.urlencode(query)
+        status, data = self._transport(method, path, body, timeout or self.timeout)
+        if status == 403:
+            raise AccessDenied(self.socket_path)
+        if status >= 400:
+            raise LocalAPIError(endpoint, status, data.decode("utf-8", "replace"))
+        try:
+            return json.loads(data.decode("utf-8")) if data else None
+        except ValueError as exc:
+            raise LocalAPIError(endpoint, status, f"not JSON: {exc}") from None
+
+    def status(self) -> Dict[str, Any]:
+        """The full status (ipnstate.Status as JSON), peers included."""
+        result = self._request("GET", "status")
+        if not isinstance(result, dict):
+            raise LocalAPIError("status", 200, "expected a JSON object")
+        return result
+
+    def prefs(self) -> Dict[str, Any]:
+        """Current preferences (ipn.Prefs as JSON): ControlURL, Hostname, AdvertiseTags, ..."""
+        result = self._request("GET", "prefs")
+        return result if isinstance(result, dict) else {}
+
+    def derp_map(self) -> Dict[str, Any]:
+        """The DERP map from the control server (tailcfg.DERPMap as JSON)."""
+        result = self._request("GET", "derpmap")
+        return result if isinstance(result, dict) else {}
+
+    def ping(self, ip: str, ping_type: str = "disco", timeout: float = 5.0) -> Dict[str, Any]:
+        """One ping to an overlay IP (ipnstate.PingResult as JSON).
+
+        A disco ping goes over the same path WireGuard uses and makes tailscaled refresh that path.
+        The result's "Err" is non-empty when the ping failed (e.g. timeout).
+        """
+        try:
+            result = self._request(
+                "POST", "ping", {"ip": ip, "type": ping_type}, body=b"", timeout=timeout
+            )
+        except TailscaleError as exc:
+            if "did not answer" in str(exc):
+                return {"Err": f"no answer within {timeout:.1f} s", "IP": ip}
+            raise
+        return result if isinstance(result, dict) else {"Err": "empty ping result", "IP": ip}
+
+
+@dataclass
+class EnrolRequest:
+    """What `tailscale up` needs. auth_key_file is read by the CLI itself (file:PATH), so the key
+    never passes through this process's argv, environment or logs."""
+
+    login_server: str
+    hostname: str
+    auth_key_file: str
+    tags: List[str]
+    accept_dns: bool = False
+    timeout_s: float = 30.0
+
+
+def check_key_file(path: str) -> None:
+    """Refuse an auth-key file that is missing, empty, or readable by group or others.
+
+    Raises:
+        EnrolError: naming the file and how to fix it (never its content).
+    """
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        raise EnrolError(f"auth_key_file {path} does not exist") from None
+    except PermissionError:
+        raise EnrolError(f"auth_key_file {path} is not readable by this user") from None
+    if not stat.S_ISREG(st.st_mode):
+        raise EnrolError(f"auth_key_file {path} is not a regular file")
+    if st.st_mode & 0o077:
+        raise EnrolError(
+            f"auth_key_file {path} has mode {stat.S_IMODE(st.st_mode):04o}: it is readable by group "
+            f"or others; fix with `chmod 600 {path}` (and keep it owned by the user running the node)"
+        )
+    if st.st_size == 0:
+        raise EnrolError(f"auth_key_file {path} is empty")
+
+
+def enrol(
+    cli: str,
+    socket_path: str,
+    request: EnrolRequest,
+    env: Optional[Dict[str, str]] = None,
+) -> None:
+    """Log tailscaled in with `tailscale up` and a pre-auth key read from a file.
+
+    Raises:
+        EnrolError: with the CLI's error text, the key redacted should it ever appear.
+    """
+    check_key_file(request.auth_key_file)
+    with open(request.auth_key_file, encoding="utf-8") as fh:
+        secret = fh.read().strip()
+    argv = [
+        cli,
+        f"--socket={socket_path}",
+        "up",
+        f"--login-server={request.login_server}",
+        f"--auth-key=file:{request.auth_key_file}",
+        f"--hostname={request.hostname}",
+        f"--accept-dns={'true' if request.accept_dns else 'false'}",
+        f"--advertise-tags={','.join(request.tags)}",
+        f"--timeout={int(request.timeout_s)}s",
+    ]
+    try:
+        proc = subprocess.run(
+            argv,
+            capture_output=True,
+            text=True,
+            timeout=request.timeout_s + 10.0,
+            env=env,
+            check=False,
+        )
+    except FileNotFoundError:
+        raise EnrolError(
+            f"tailscale CLI {cli!r} not found; install tailscale or set tailscale.cli in the robot config"
+        ) from None
+    except subprocess.TimeoutExpired:
+        raise EnrolError(
+            f"`tailscale up` against {request.login_server} did not finish in {request.timeout_s + 10:.0f} s"
+        ) from None
+    if proc.returncode != 0:
+        text = (proc.stderr or proc.stdout or "").strip()
+        text = redact(text, secret)
+        raise EnrolError(
+            f"`tailscale up` against {request.login_server} as {request.hostname} failed "
+            f"(exit {proc.returncode}): {text[-500:]}"
+        )
+
+
+def redact(text: str, secret: str) -> str:
+    """Replace every occurrence of secret (and of any hskey-/tskey- token) in text."""
+    if secret:
+        text = text.replace(secret, "<redacted>")
+    out = []
+    for word in text.split(" "):
+        if word.startswith(("hskey-", "tskey-")):
+            word = "<redacted>"
+        out.append(word)
+    return " ".join(out)
+
+
+def netcheck(cli: str, socket_path: str, env: Optional[Dict[str, str]] = None,
+             timeout_s: float = 20.0) -> Dict[str, Any]:
+    """Run `tailscale netcheck --format=json` (NAT and DERP latency report, netcheck.Report).
+
+    Raises:
+        TailscaleError: when the CLI is missing, fails or prints no JSON.
+    """
+    argv = [cli, f"--socket={socket_path}", "netcheck", "--format=json"]
+    try:
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s, env=env,
+                              check=False)
+    except FileNotFoundError:
+        raise TailscaleError(f"tailscale CLI {cli!r} not found") from None
+    except subprocess.TimeoutExpired:
+        raise TailscaleError(f"`tailscale netcheck` took longer than {timeout_s:.0f} s") from None
+    for line in proc.stdout.splitlines():
+        line = line.strip()
+        if line.startswith("{"):
+            try:
+                report = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(report, dict):
+                return report
+    raise TailscaleError(
+        f"`tailscale netcheck` gave no report (exit {proc.returncode}): {proc.stderr.strip()[-300:]}"
+    )
