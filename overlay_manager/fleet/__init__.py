@@ -1,0 +1,24 @@
+"""Fleet provisioning: a Headscale deployment, ACL policy and enrolment bundles from one fleet file.
+
+Public API (see docs/CONTRACTS.md, "Fleet provisioning")::
+
+    from overlay_manager.fleet import load_fleet, init_deployment, write_bundle
+    fleet = load_fleet("fleet.yaml")             # FleetConfig, or FleetError naming file/key/host
+    dep = init_deployment(fleet, "headscale")    # Deployment (idempotent)
+    argv = dep.serve_argv()                      # run it (in any namespace); wait for dep.cli().health()
+    write_bundle(dep, fleet, "alpha-robot1", "bundles/alpha-robot1")  # robot.yaml, ca.crt, auth.key
+"""
+
+from .bundle import ensure_key, robot_config, write_bundle
+from .config import FleetConfig, FleetError, Host, Team, load_fleet, load_fleet_dict
+from .deploy import Deployment, apply_policy, init_deployment
+from .headscale import HeadscaleCLI, find_headscale
+from .ops import fleet_status, revoke, rotate
+from .policy import generate_policy, render_policy
+
+__all__ = [
+    "Deployment", "FleetConfig", "FleetError", "HeadscaleCLI", "Host", "Team", "apply_policy",
+    "ensure_key", "find_headscale", "fleet_status", "generate_policy", "init_deployment",
+    "load_fleet", "load_fleet_dict", "render_policy", "revoke", "robot_config", "rotate",
+    "write_bundle",
+]

@@ -1,0 +1,205 @@
+"""Enrolment bundles: robot.yaml + ca.crt + auth.key (0600) for one host.
+
+The pre-auth key is tagged with the host's ACL tags (so the node is a tagged node of its team)
+and recorded in the deployment (``keys/<host>.json`` without the secret, ``keys/<host>.key``
+with it, 0600). Running ``bundle`` again reuses a recorded key while it can still enrol the host
+(or while the host is enrolled with it), so no keys pile up. The secret is only ever written to
+0600 files; it is never printed, logged or put in an exception.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from .config import FleetConfig, FleetError
+from .deploy import Deployment, write_atomic
+from .headscale import HeadscaleCLI, Node, PreAuthKey
+
+#: A recorded key is reused only if it stays usable at least this long (seconds).
+REUSE_MARGIN_S = 600.0
+
+
+@dataclass(frozen=True)
+class KeyRecord:
+    """The current pre-auth key of one host (metadata only).
+
+    Attributes:
+        host: short name.
+        id: headscale key id.
+        tags: tags the key gives.
+        expiration: when it stops working (None = never).
+        created: True when this call created it (False = an existing key was reused).
+    """
+
+    host: str
+    id: int
+    tags: tuple[str, ...]
+    expiration: datetime | None
+    created: bool = False
+
+
+def _write_secret(path: Path, secret: str) -> None:
+    """Write ``secret`` + newline to ``path`` with mode 0600 from the first byte (atomic)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(secret + "\n")
+        os.chmod(tmp, 0o600)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+def _read_record(dep: Deployment, host: str) -> dict[str, Any] | None:
+    try:
+        data = json.loads((dep.keys_dir / f"{host}.json").read_text(encoding="utf-8"))
+        return data if isinstance(data, dict) and "id" in data else None
+    except (OSError, json.JSONDecodeError):
+        return None
+
+
+def read_key_record(dep: Deployment, host: str) -> tuple[int, datetime | None] | None:
+    """(key id, expiration) recorded for ``host``, or None."""
+    rec = _read_record(dep, host)
+    if rec is None:
+        return None
+    exp = rec.get("expiration")
+    return int(rec["id"]), datetime.fromisoformat(exp) if exp else None
+
+
+def nodes_named(nodes: list[Node], host: str) -> list[Node]:
+    """Nodes whose MagicDNS name or reported hostname is ``host``."""
+    return [n for n in nodes if n.given_name == host or n.name == host]
+
+
+def ensure_key(dep: Deployment, fleet: FleetConfig, host: str, *, force_new: bool = False,
+               cli: HeadscaleCLI | None = None) -> KeyRecord:
+    """Make sure ``host`` has a recorded pre-auth key with its tags; create one if needed.
+
+    Reuses the recorded key when headscale still lists it with the same tags and it is either
+    usable for :data:`REUSE_MARGIN_S` more seconds, or already used by the host's enrolled,
+    unexpired node. Otherwise (or with ``force_new``) creates a new key and expires the old
+    one if it could still enrol a machine.
+
+    Raises:
+        FleetError: unknown host, headscale not running, or a CLI failure (naming the host).
+    """
+    h = fleet.host(host)
+    tags = fleet.host_tags(h.name)
+    cli = cli or dep.cli()
+    secret_path = dep.keys_dir / f"{h.name}.key"
+    rec = _read_record(dep, h.name)
+    try:
+        keys = {k.id: k for k in cli.list_preauth_keys()}
+        old: PreAuthKey | None = keys.get(int(rec["id"])) if rec else None
+        if old is not None and not force_new and secret_path.exists() \
+                and sorted(old.tags) == sorted(tags):
+            if old.usable(margin_s=REUSE_MARGIN_S):
+                return KeyRecord(h.name, old.id, old.tags, old.expiration, created=False)
+            if old.used:
+                enrolled = [n for n in nodes_named(cli.list_nodes(), h.name) if not n.expired()]
+                if enrolled:
+                    return KeyRecord(h.name, old.id, old.tags, old.expiration, created=False)
+        new, secret = cli.create_preauth_key(tags, fleet.keys.auth_key_expiry,
+                                             reusable=fleet.keys.reusable)
+        _write_secret(secret_path, secret)
+        del secret
+        write_atomic(dep.keys_dir / f"{h.name}.json", json.dumps({
+            "host": h.name, "id": new.id, "tags": list(new.tags),
+            "expiration": new.expiration.isoformat() if new.expiration else None,
+        }, indent=2) + "\n", 0o600)
+        if old is not None and old.id != new.id and old.usable():
+            cli.expire_preauth_key(old.id)
+    except FleetError as e:
+        raise FleetError(e.reason, file=e.file, key=e.key, host=h.name) from None
+    return KeyRecord(h.name, new.id, new.tags, new.expiration, created=True)
+
+
+def robot_config(dep: Deployment, fleet: FleetConfig, host: str,
+                 overrides: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The robot.yaml mapping for ``host`` (keys as in config/robot.example.yaml).
+
+    ``overrides``: optional ``tailscale`` / ``node`` sections (or top-level keys) merged in.
+    """
+    h = fleet.host(host)
+    team = fleet.teams[h.team]
+    cfg: dict[str, Any] = {
+        "hostname": h.name,
+        "login_server": dep.server_url,
+        "base_domain": fleet.base_domain,
+        "master": team.master,
+        "auth_key_file": "auth.key",
+        "tags": fleet.host_tags(h.name),
+        "ca_cert": "ca.crt" if dep.ca_cert else "",
+        "master_port": fleet.hosts[team.master].master_port,
+    }
+    for k, v in (overrides or {}).items():
+        if isinstance(v, dict) and isinstance(cfg.get(k), dict):
+            cfg[k] = {**cfg[k], **v}
+        else:
+            cfg[k] = v
+    return cfg
+
+
+def write_bundle(deployment: Deployment, fleet: FleetConfig, host: str, outdir: str | Path,
+                 *, overrides: dict[str, Any] | None = None, force_new_key: bool = False) -> Path:
+    """Write the enrolment bundle of ``host`` into ``outdir``; return the robot.yaml path.
+
+    Files: ``robot.yaml`` (loadable by overlay_manager.config.load_robot_config; relative
+    paths), ``ca.crt`` (when the server uses a CA) and ``auth.key`` (mode 0600). Needs the
+    deployment's headscale running (pre-auth keys are created through its CLI). Idempotent:
+    see :func:`ensure_key`.
+
+    Args:
+        deployment: the initialised deployment.
+        fleet: its fleet file.
+        host: short name of a host in the fleet file.
+        outdir: bundle directory (created, mode 0700).
+        overrides: optional extra robot.yaml content, e.g. ``{"tailscale": {"socket": ...}}``.
+        force_new_key: always create a new pre-auth key (used by ``rotate``).
+
+    Raises:
+        FleetError: naming the host (unknown host, headscale not running, ...).
+    """
+    out = Path(outdir).expanduser().resolve()
+    rec = ensure_key(deployment, fleet, host, force_new=force_new_key)
+    out.mkdir(parents=True, exist_ok=True)
+    os.chmod(out, 0o700)
+    secret_src = deployment.keys_dir / f"{rec.host}.key"
+    try:
+        secret = secret_src.read_text(encoding="utf-8").strip()
+    except OSError as e:
+        raise FleetError(f"cannot read the recorded key: {e.strerror}", file=secret_src,
+                         host=rec.host) from None
+    _write_secret(out / "auth.key", secret)
+    del secret
+    if deployment.ca_cert:
+        if deployment.ca_cert.resolve() != (out / "ca.crt").resolve():
+            tmp = out / ".ca.crt.tmp"
+            shutil.copyfile(deployment.ca_cert, tmp)
+            os.chmod(tmp, 0o644)
+            os.replace(tmp, out / "ca.crt")
+    cfg = robot_config(deployment, fleet, rec.host, overrides)
+    exp = rec.expiration.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M UTC") \
+        if rec.expiration else "never"
+    header = (f"# overlay_manager robot config for '{rec.host}' (team {fleet.host(rec.host).team}),"
+              f" written by `fleet bundle`.\n"
+              f"# auth.key: pre-auth key id {rec.id}, tags {', '.join(rec.tags)}, "
+              f"usable until {exp}.\n")
+    path = out / "robot.yaml"
+    write_atomic(path, header + yaml.safe_dump(cfg, sort_keys=False), 0o644)
+    return path

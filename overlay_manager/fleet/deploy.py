@@ -1,0 +1,342 @@
+"""A Headscale deployment directory made from a fleet file.
+
+Layout of a deployment directory (``outdir``)::
+
+    config.yaml        headscale config: offline (no public DERP map, no update checks, no logtail)
+    policy.hujson      ACL policy (file mode; reloaded with SIGHUP)
+    deployment.json    what the fleet tool needs to reopen the deployment (no secrets)
+    tls/ca.crt         private CA robots trust (ca.key next to it, 0600)
+    tls/server.crt     server certificate (server.key 0600)
+    data/              headscale's database and private keys (headscale owns it; never opened here)
+    run/headscale.sock headscale's unix socket (CLI gRPC)
+    run/headscale.pid  pid of `fleet serve` (if started that way)
+    keys/<host>.json   id and expiry of the host's current pre-auth key; keys/<host>.key its
+                       secret (0600), so that `bundle` again reuses an unused key
+
+:func:`init_deployment` is idempotent: running it again converges (the CA is kept, the server
+certificate is re-issued only when its names change, config.yaml is rewritten only when it
+differs, a changed policy goes through :func:`apply_policy`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import yaml
+
+from . import tls
+from .config import FleetConfig, FleetError
+from .headscale import HeadscaleCLI, find_headscale
+from .policy import render_policy
+
+
+def write_atomic(path: Path, text: str, mode: int = 0o644) -> bool:
+    """Write ``text`` to ``path`` via a temp file + rename; return False if already equal."""
+    try:
+        if path.read_text(encoding="utf-8") == text:
+            if (path.stat().st_mode & 0o777) != mode:
+                os.chmod(path, mode)
+            return False
+    except OSError:
+        pass
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.chmod(tmp, mode)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+    return True
+
+
+@dataclass
+class Deployment:
+    """An initialised deployment directory.
+
+    Attributes:
+        root: the deployment directory (absolute).
+        fleet_name: the fleet's name (its headscale user owns the tags).
+        server_url: URL machines enrol against (headscale server_url).
+        base_domain: MagicDNS base domain.
+        ca_cert: CA certificate robots must trust, or None (system trust store / http).
+        headscale: headscale binary used by :meth:`serve_argv` and :meth:`cli`.
+    """
+
+    root: Path
+    fleet_name: str
+    server_url: str
+    base_domain: str
+    ca_cert: Path | None
+    headscale: str
+
+    @property
+    def config_path(self) -> Path:
+        """headscale's config.yaml."""
+        return self.root / "config.yaml"
+
+    @property
+    def policy_path(self) -> Path:
+        """The ACL policy headscale enforces."""
+        return self.root / "policy.hujson"
+
+    @property
+    def socket_path(self) -> Path:
+        """headscale's unix socket (the CLI talks gRPC over it)."""
+        return self.root / "run" / "headscale.sock"
+
+    @property
+    def pid_path(self) -> Path:
+        """pid file written by `fleet serve`."""
+        return self.root / "run" / "headscale.pid"
+
+    @property
+    def keys_dir(self) -> Path:
+        """Per-host pre-auth key records (0700)."""
+        return self.root / "keys"
+
+    def serve_argv(self) -> list[str]:
+        """argv that runs headscale in the foreground with this deployment."""
+        return [self.headscale, "serve", "--config", str(self.config_path)]
+
+    def cli(self) -> HeadscaleCLI:
+        """A CLI wrapper talking to this deployment's (running) headscale."""
+        return HeadscaleCLI(self.headscale, self.config_path)
+
+    def server_pid(self) -> int | None:
+        """pid of the running headscale serving this deployment, or None.
+
+        Reads run/headscale.pid; otherwise looks for a process whose argv is exactly
+        :meth:`serve_argv` (same binary and config path), e.g. one the lab started.
+        """
+        try:
+            pid = int(self.pid_path.read_text().strip())
+            if _argv_of(pid)[1:] == self.serve_argv()[1:]:
+                return pid
+        except (OSError, ValueError):
+            pass
+        want = self.serve_argv()[1:]
+        for entry in os.listdir("/proc"):
+            if entry.isdigit() and _argv_of(int(entry))[1:] == want:
+                return int(entry)
+        return None
+
+    def reload(self) -> bool:
+        """Send SIGHUP to the running headscale so it re-reads the policy file.
+
+        Returns False when no headscale is running for this deployment.
+        """
+        pid = self.server_pid()
+        if pid is None:
+            return False
+        os.kill(pid, signal.SIGHUP)
+        return True
+
+    def to_json(self) -> dict[str, Any]:
+        """What deployment.json stores."""
+        return {"fleet": self.fleet_name, "server_url": self.server_url,
+                "base_domain": self.base_domain,
+                "ca_cert": str(self.ca_cert) if self.ca_cert else None,
+                "headscale": self.headscale}
+
+    @classmethod
+    def open(cls, root: str | Path, headscale: str | None = None) -> Deployment:
+        """Reopen a deployment written by :func:`init_deployment`."""
+        root = Path(root).expanduser().resolve()
+        meta = root / "deployment.json"
+        try:
+            data = json.loads(meta.read_text(encoding="utf-8"))
+        except OSError:
+            raise FleetError("not a deployment directory (run `fleet init` first)",
+                             file=meta) from None
+        except json.JSONDecodeError as e:
+            raise FleetError(f"corrupt: {e}", file=meta) from None
+        try:
+            return cls(root=root, fleet_name=data["fleet"], server_url=data["server_url"],
+                       base_domain=data["base_domain"],
+                       ca_cert=Path(data["ca_cert"]) if data.get("ca_cert") else None,
+                       headscale=find_headscale(headscale or data.get("headscale")))
+        except KeyError as e:
+            raise FleetError("missing", file=meta, key=str(e.args[0])) from None
+
+
+def _argv_of(pid: int) -> list[str]:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return [a.decode(errors="replace") for a in f.read().split(b"\0") if a]
+    except OSError:
+        return []
+
+
+def headscale_config(fleet: FleetConfig, root: Path, tls_cert: Path | None,
+                     tls_key: Path | None) -> dict[str, Any]:
+    """headscale v0.29 config for ``fleet`` in deployment ``root``: offline-ready.
+
+    No public DERP map (``derp.urls: []``), no update checks, no logtail, DNS left alone on the
+    clients (``override_local_dns: false``), MagicDNS on ``fleet.base_domain``.
+    """
+    s = fleet.server
+    data = root / "data"
+    derp_server: dict[str, Any] = {
+        "enabled": s.derp.embedded,
+        "region_id": s.derp.region_id,
+        "region_code": s.derp.region_code,
+        "region_name": s.derp.region_name,
+        "verify_clients": True,
+        "stun_listen_addr": s.derp.stun_listen,
+        "private_key_path": str(data / "derp_server_private.key"),
+        "automatically_add_embedded_derp_region": True,
+    }
+    if s.derp.ipv4:
+        derp_server["ipv4"] = s.derp.ipv4
+    return {
+        "server_url": s.url,
+        "listen_addr": s.listen,
+        "metrics_listen_addr": s.metrics_listen,
+        "grpc_listen_addr": s.grpc_listen,
+        "grpc_allow_insecure": False,
+        "noise": {"private_key_path": str(data / "noise_private.key")},
+        "prefixes": {"v4": s.prefixes_v4, "v6": s.prefixes_v6, "allocation": "sequential"},
+        "derp": {
+            "server": derp_server,
+            "urls": [],
+            "paths": [str(p) for p in s.derp.extra_maps],
+            "auto_update_enabled": False,
+            "update_frequency": "24h",
+        },
+        "disable_check_updates": True,
+        "node": {"expiry": f"{fleet.keys.node_expiry}s"},
+        "database": {"type": "sqlite",
+                     "sqlite": {"path": str(data / "db.sqlite"), "write_ahead_log": True}},
+        "tls_cert_path": str(tls_cert) if tls_cert else "",
+        "tls_key_path": str(tls_key) if tls_key else "",
+        "log": {"level": fleet.log_level, "format": "text"},
+        "policy": {"mode": "file", "path": str(root / "policy.hujson")},
+        "dns": {
+            "magic_dns": True,
+            "base_domain": fleet.base_domain,
+            "override_local_dns": False,
+            "nameservers": {"global": [], "split": {}},
+            "search_domains": [],
+            "extra_records": [],
+        },
+        "unix_socket": str(root / "run" / "headscale.sock"),
+        "unix_socket_permission": "0770",
+        "logtail": {"enabled": False},
+        "taildrop": {"enabled": False},
+        "cli": {"timeout": "5s"},
+    }
+
+
+def init_deployment(fleet: FleetConfig, outdir: str | Path,
+                    headscale: str | None = None) -> Deployment:
+    """Write (or converge) a complete offline Headscale deployment for ``fleet`` in ``outdir``.
+
+    Creates the directory tree, the CA and server certificate (when ``server.tls.generate``),
+    config.yaml, the ACL policy and deployment.json. Safe to run again: see the module
+    docstring. A changed policy for a running server is checked and applied atomically.
+
+    Args:
+        fleet: validated fleet file.
+        outdir: deployment directory (created, mode 0700).
+        headscale: headscale binary (default: see :func:`find_headscale`).
+
+    Raises:
+        FleetError: on any failure, naming the file concerned.
+    """
+    root = Path(outdir).expanduser().resolve()
+    binary = find_headscale(headscale)
+    for d in (root, root / "data", root / "run", root / "keys", root / "tls"):
+        d.mkdir(parents=True, exist_ok=True)
+        os.chmod(d, 0o700 if d != root / "tls" else 0o755)
+    if len(str(root / "run" / "headscale.sock")) > 100:
+        raise FleetError("path too long for a unix socket (max 100 characters); use a shorter "
+                         "deployment directory", file=root / "run" / "headscale.sock")
+
+    s = fleet.server
+    ca_cert: Path | None = None
+    cert = key = None
+    if urlsplit(s.url).scheme == "https":
+        if s.tls.generate:
+            ca_key, ca_cert = tls.ensure_ca(root / "tls", f"{fleet.name} fleet CA", s.tls.days)
+            names = [s.host, *s.tls.names]
+            key, cert = tls.ensure_server_cert(root / "tls", ca_key, ca_cert, names, s.tls.days)
+        else:
+            cert, key, ca_cert = s.tls.cert, s.tls.key, s.tls.ca
+            for what, p in (("cert", cert), ("key", key), ("ca", ca_cert)):
+                if p is not None and not p.is_file():
+                    raise FleetError("file not found", file=fleet.path, key=f"server.tls.{what}")
+
+    dep = Deployment(root=root, fleet_name=fleet.name, server_url=s.url,
+                     base_domain=fleet.base_domain, ca_cert=ca_cert, headscale=binary)
+    cfg = headscale_config(fleet, root, cert, key)
+    header = (f"# headscale config of fleet '{fleet.name}', written by `fleet init` from "
+              f"{fleet.path}.\n# Do not edit: rerun `fleet init` after changing the fleet file.\n")
+    write_atomic(dep.config_path, header + yaml.safe_dump(cfg, sort_keys=False), 0o600)
+    write_atomic(root / "deployment.json", json.dumps(dep.to_json(), indent=2) + "\n", 0o644)
+
+    if not dep.policy_path.exists():
+        write_atomic(dep.policy_path, render_policy(fleet), 0o644)
+    else:
+        apply_policy(dep, fleet)
+    return dep
+
+
+@dataclass(frozen=True)
+class PolicyResult:
+    """Outcome of :func:`apply_policy`.
+
+    Attributes:
+        changed: the policy file was replaced.
+        reloaded: a running headscale was sent SIGHUP to load it.
+        checked: "server" (checked by the running headscale), "offline" (headscale checked it
+            against its database while stopped) or "" (unchanged, nothing checked).
+    """
+
+    changed: bool
+    reloaded: bool
+    checked: str
+
+
+def apply_policy(dep: Deployment, fleet: FleetConfig) -> PolicyResult:
+    """Generate the policy from ``fleet``, check it with headscale, swap it in atomically and
+    reload the running server. A policy headscale rejects is never installed: the old one stays
+    in force, and FleetError says why.
+    """
+    text = render_policy(fleet)
+    try:
+        if dep.policy_path.read_text(encoding="utf-8") == text:
+            return PolicyResult(changed=False, reloaded=False, checked="")
+    except OSError:
+        pass
+    new = dep.policy_path.with_name("policy.hujson.new")
+    write_atomic(new, text, 0o644)
+    cli = dep.cli()
+    running = dep.server_pid() is not None or cli.health()
+    try:
+        try:
+            if running:
+                cli.check_policy(new)
+            else:
+                cli.check_policy_offline(new)
+        except FleetError as e:
+            raise FleetError(f"headscale rejected the new policy; the old one stays in force: "
+                             f"{e.reason}", file=new) from None
+        os.replace(new, dep.policy_path)
+    finally:
+        if new.exists():
+            new.unlink()
+    reloaded = dep.reload() if running else False
+    return PolicyResult(changed=True, reloaded=reloaded, checked="server" if running else "offline")

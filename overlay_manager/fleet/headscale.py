@@ -1,0 +1,301 @@
+"""Thin typed wrapper around the ``headscale`` CLI (``-o json``); never opens its database.
+
+The CLI talks gRPC to a running headscale over the unix socket named in its config. Errors are
+:class:`FleetError`; a pre-auth key never appears in an error (command lines carry no key, and
+the output of ``preauthkeys create`` is never quoted).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from .config import FleetError
+
+#: Seconds one CLI call may take before it is abandoned.
+CLI_TIMEOUT_S = 30.0
+
+
+def find_headscale(explicit: str | Path | None = None) -> str:
+    """Path of the headscale binary.
+
+    Order: ``explicit``; ``$HEADSCALE_BIN``; ``<repo>/.tools/bin/headscale``; ``headscale`` on
+    PATH. Raises FleetError when none exists.
+    """
+    candidates: list[str] = []
+    if explicit:
+        candidates.append(str(explicit))
+    if os.environ.get("HEADSCALE_BIN"):
+        candidates.append(os.environ["HEADSCALE_BIN"])
+    candidates.append(str(Path(__file__).resolve().parents[2] / ".tools" / "bin" / "headscale"))
+    for c in candidates:
+        if os.path.isfile(c) and os.access(c, os.X_OK):
+            return c
+    found = shutil.which("headscale")
+    if found:
+        return found
+    raise FleetError("headscale binary not found (give --headscale, set HEADSCALE_BIN, "
+                     "or run scripts/setup to build .tools/bin/headscale)")
+
+
+def parse_time(value: Any) -> datetime | None:
+    """A protobuf JSON timestamp (``{"seconds": N, "nanos": M}`` or RFC 3339) -> aware UTC.
+
+    None for a missing or zero timestamp (headscale's "never").
+    """
+    if value in (None, "", {}):
+        return None
+    if isinstance(value, dict):
+        secs = int(value.get("seconds", 0) or 0)
+        if secs <= 0:
+            return None
+        return datetime.fromtimestamp(secs + int(value.get("nanos", 0) or 0) / 1e9, timezone.utc)
+    if isinstance(value, str):
+        text = value.replace("Z", "+00:00")
+        if "." in text:  # Python 3.11 accepts at most 6 fraction digits
+            head, _, rest = text.partition(".")
+            digits = "".join(ch for ch in rest if ch.isdigit())
+            text = f"{head}.{digits[:6]}{rest[len(digits):]}"
+        try:
+            t = datetime.fromisoformat(text)
+        except ValueError:
+            return None
+        if t.year <= 1:
+            return None
+        return t if t.tzinfo else t.replace(tzinfo=timezone.utc)
+    return None
+
+
+@dataclass(frozen=True)
+class User:
+    """A headscale user. ``id``: numeric identifier; ``name``: user name."""
+
+    id: int
+    name: str
+
+
+@dataclass(frozen=True)
+class PreAuthKey:
+    """A pre-auth key as listed by headscale (the secret itself is not kept here).
+
+    Attributes:
+        id: numeric identifier.
+        tags: ACL tags nodes enrolled with it get.
+        reusable: may enrol more than one node.
+        used: has enrolled a node.
+        expiration: when it stops working (None = never).
+    """
+
+    id: int
+    tags: tuple[str, ...]
+    reusable: bool
+    used: bool
+    expiration: datetime | None
+
+    def usable(self, now: datetime | None = None, margin_s: float = 0.0) -> bool:
+        """True when the key can still enrol a node for at least ``margin_s`` seconds."""
+        now = now or datetime.now(timezone.utc)
+        if self.used and not self.reusable:
+            return False
+        return self.expiration is None or (self.expiration - now).total_seconds() > margin_s
+
+
+@dataclass(frozen=True)
+class Node:
+    """An enrolled node as listed by headscale.
+
+    Attributes:
+        id: numeric identifier.
+        name: the hostname the client reported.
+        given_name: the MagicDNS short name headscale gave it (normally == name).
+        tags: its ACL tags.
+        online: connected to headscale now.
+        last_seen: last time it was connected (None = never/unknown).
+        expiry: when its node key expires (None = never).
+        ip_addresses: overlay addresses.
+        user: owning user name ("tagged-devices" for tagged nodes).
+    """
+
+    id: int
+    name: str
+    given_name: str
+    tags: tuple[str, ...]
+    online: bool
+    last_seen: datetime | None
+    expiry: datetime | None
+    ip_addresses: tuple[str, ...]
+    user: str
+
+    def expired(self, now: datetime | None = None) -> bool:
+        """True when the node key has expired (the node is cut off)."""
+        now = now or datetime.now(timezone.utc)
+        return self.expiry is not None and self.expiry <= now
+
+
+class HeadscaleCLI:
+    """Runs ``headscale --config CONFIG <args> -o json`` and parses the result.
+
+    Args:
+        binary: headscale executable.
+        config_path: the deployment's headscale config.yaml.
+        timeout: seconds one call may take.
+    """
+
+    def __init__(self, binary: str | Path, config_path: str | Path,
+                 timeout: float = CLI_TIMEOUT_S) -> None:
+        self.binary = str(binary)
+        self.config_path = str(config_path)
+        self.timeout = timeout
+
+    def _env(self) -> dict[str, str]:
+        # HEADSCALE_CLI_* in the caller's environment would send us to another server.
+        return {k: v for k, v in os.environ.items() if not k.startswith("HEADSCALE_")}
+
+    def run(self, args: list[str], *, secret_output: bool = False, json_output: bool = True
+            ) -> Any:
+        """Run one CLI command; return its parsed JSON output (or text if not json_output).
+
+        ``secret_output``: the output holds a secret; it is never put in an error message.
+        Raises FleetError on a failure, naming the command (never its output if secret).
+        """
+        argv = [self.binary, "--config", self.config_path, *args]
+        if json_output:
+            argv += ["-o", "json"]
+        what = "headscale " + " ".join(args)
+        try:
+            proc = subprocess.run(argv, capture_output=True, text=True, timeout=self.timeout,
+                                  env=self._env(), stdin=subprocess.DEVNULL, check=False)
+        except FileNotFoundError:
+            raise FleetError(f"headscale binary not found: {self.binary}",
+                             file=self.config_path) from None
+        except subprocess.TimeoutExpired:
+            raise FleetError(f"`{what}` did not answer within {self.timeout:.0f} s",
+                             file=self.config_path) from None
+        if proc.returncode != 0:
+            detail = proc.stderr.strip() if secret_output else (proc.stderr or proc.stdout).strip()
+            raise FleetError(self._explain(what, detail), file=self.config_path)
+        if not json_output:
+            return proc.stdout
+        text = proc.stdout.strip()
+        if not text:
+            return None
+        try:
+            return json.loads(text)
+        except json.JSONDecodeError:
+            if secret_output:
+                raise FleetError(f"`{what}` printed something that is not JSON",
+                                 file=self.config_path) from None
+            raise FleetError(f"`{what}` printed something that is not JSON: {text[:200]}",
+                             file=self.config_path) from None
+
+    @staticmethod
+    def _explain(what: str, detail: str) -> str:
+        """An error message for a failed command, with a hint for the common causes."""
+        low = detail.lower()
+        try:  # `-o json` errors look like {"error": "..."}
+            obj = json.loads(detail)
+            if isinstance(obj, dict) and "error" in obj:
+                detail = str(obj["error"])
+                low = detail.lower()
+        except (json.JSONDecodeError, ValueError):
+            pass
+        detail = detail[-600:]
+        if ("connecting to headscale" in low or "deadline exceeded" in low
+                or "connection refused" in low or "no such file or directory" in low
+                and "sock" in low):
+            return (f"`{what}`: headscale is not running or not reachable on its unix socket "
+                    f"(start it with `fleet serve`): {detail}")
+        return f"`{what}` failed: {detail}"
+
+    # --- users -----------------------------------------------------------------------
+    def list_users(self) -> list[User]:
+        """Every headscale user."""
+        return [User(int(u.get("id", 0)), str(u.get("name", ""))) for u in self.run(["users", "list"]) or []]
+
+    def ensure_user(self, name: str) -> User:
+        """The user called ``name``, created if absent (idempotent)."""
+        for u in self.list_users():
+            if u.name == name:
+                return u
+        u = self.run(["users", "create", name])
+        return User(int(u.get("id", 0)), str(u.get("name", name)))
+
+    # --- pre-auth keys -----------------------------------------------------------------
+    @staticmethod
+    def _key(k: dict[str, Any]) -> PreAuthKey:
+        return PreAuthKey(id=int(k.get("id", 0)), tags=tuple(k.get("acl_tags") or ()),
+                          reusable=bool(k.get("reusable", False)), used=bool(k.get("used", False)),
+                          expiration=parse_time(k.get("expiration")))
+
+    def list_preauth_keys(self) -> list[PreAuthKey]:
+        """Every pre-auth key (without secrets)."""
+        return [self._key(k) for k in self.run(["preauthkeys", "list"]) or []]
+
+    def create_preauth_key(self, tags: list[str], expiration_s: int, *, reusable: bool = False,
+                           user_id: int | None = None) -> tuple[PreAuthKey, str]:
+        """Create a tagged pre-auth key valid for ``expiration_s`` seconds.
+
+        Returns (key metadata, secret key). The secret must only go to a 0600 file.
+        """
+        args = ["preauthkeys", "create", "--expiration", f"{int(expiration_s)}s",
+                "--tags", ",".join(tags)]
+        if reusable:
+            args.append("--reusable")
+        if user_id is not None:
+            args += ["--user", str(user_id)]
+        out = self.run(args, secret_output=True)
+        if not isinstance(out, dict) or not out.get("key"):
+            raise FleetError("`headscale preauthkeys create` returned no key", file=self.config_path)
+        return self._key(out), str(out["key"])
+
+    def expire_preauth_key(self, key_id: int) -> None:
+        """Expire pre-auth key ``key_id`` (it can no longer enrol nodes)."""
+        self.run(["preauthkeys", "expire", "--id", str(key_id)])
+
+    # --- nodes -------------------------------------------------------------------------
+    @staticmethod
+    def _node(n: dict[str, Any]) -> Node:
+        user = n.get("user") or {}
+        return Node(id=int(n.get("id", 0)), name=str(n.get("name", "")),
+                    given_name=str(n.get("given_name", "") or n.get("name", "")),
+                    tags=tuple(n.get("tags") or ()), online=bool(n.get("online", False)),
+                    last_seen=parse_time(n.get("last_seen")), expiry=parse_time(n.get("expiry")),
+                    ip_addresses=tuple(n.get("ip_addresses") or ()),
+                    user=str(user.get("name", "")) if isinstance(user, dict) else "")
+
+    def list_nodes(self) -> list[Node]:
+        """Every enrolled node."""
+        return [self._node(n) for n in self.run(["nodes", "list"]) or []]
+
+    def expire_node(self, node_id: int) -> None:
+        """Expire node ``node_id``'s key now: it is cut off until it enrols again."""
+        self.run(["nodes", "expire", "--identifier", str(node_id)])
+
+    def delete_node(self, node_id: int) -> None:
+        """Delete node ``node_id`` from headscale."""
+        self.run(["nodes", "delete", "--identifier", str(node_id), "--force"])
+
+    # --- policy ------------------------------------------------------------------------
+    def check_policy(self, policy_file: str | Path) -> None:
+        """Ask the running headscale whether ``policy_file`` is valid; FleetError if not."""
+        self.run(["policy", "check", "--file", str(policy_file)], json_output=False)
+
+    def check_policy_offline(self, policy_file: str | Path) -> None:
+        """Validate ``policy_file`` while headscale is NOT running (reads its database
+        read-only through headscale itself; never run it while the server runs)."""
+        self.run(["policy", "check", "--file", str(policy_file),
+                  "--bypass-grpc-and-access-database-directly", "--force"], json_output=False)
+
+    def health(self) -> bool:
+        """True when a headscale answers on the unix socket."""
+        try:
+            self.run(["users", "list"])
+        except FleetError:
+            return False
+        return True

@@ -1,0 +1,159 @@
+"""Fleet operations on a running deployment: status, revoke, rotate."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+
+from .bundle import nodes_named, read_key_record, write_bundle
+from .config import FleetConfig, FleetError
+from .deploy import Deployment
+from .headscale import HeadscaleCLI, Node
+
+
+@dataclass(frozen=True)
+class HostStatus:
+    """One row of ``fleet status``.
+
+    Attributes:
+        host: short name (for unknown nodes: the node's name).
+        team: team name ("" for a node not in the fleet file).
+        role: robot | base_station | operator ("" when not in the fleet file).
+        state: ``online`` | ``offline`` | ``expired`` (node key expired or revoked) |
+            ``never-enrolled`` | ``unknown`` (enrolled but not in the fleet file).
+        node_id: headscale node id (0 when never enrolled).
+        ip: first overlay address ("" when never enrolled).
+        last_seen: last time connected to headscale (None = never/unknown).
+        node_expiry: when the node key expires (None = never).
+        key_id: the host's current pre-auth key id (0 = none recorded).
+        key_expiry: when that pre-auth key stops working (None = never or none).
+        tags: the node's tags (or the tags it will get, when never enrolled).
+        problems: human-readable problems (tags differ from the fleet file, bundle key expired,
+            duplicate nodes).
+    """
+
+    host: str
+    team: str
+    role: str
+    state: str
+    node_id: int
+    ip: str
+    last_seen: datetime | None
+    node_expiry: datetime | None
+    key_id: int
+    key_expiry: datetime | None
+    tags: tuple[str, ...]
+    problems: tuple[str, ...] = ()
+
+
+def fleet_status(dep: Deployment, fleet: FleetConfig, cli: HeadscaleCLI | None = None,
+                 now: datetime | None = None) -> list[HostStatus]:
+    """Every host of the fleet file (in file order), then enrolled nodes not in the file."""
+    cli = cli or dep.cli()
+    now = now or datetime.now(timezone.utc)
+    nodes = cli.list_nodes()
+    keys = {k.id: k for k in cli.list_preauth_keys()}
+    rows: list[HostStatus] = []
+    claimed: set[int] = set()
+    for name, h in fleet.hosts.items():
+        want = tuple(sorted(fleet.host_tags(name)))
+        mine = nodes_named(nodes, name)
+        claimed.update(n.id for n in mine)
+        rec = read_key_record(dep, name)
+        key = keys.get(rec[0]) if rec else None
+        key_id = rec[0] if rec else 0
+        key_exp = key.expiration if key else (rec[1] if rec else None)
+        problems: list[str] = []
+        live = [n for n in mine if not n.expired(now)]
+        node: Node | None = (live or mine or [None])[0]
+        if len(live) > 1:
+            problems.append(f"{len(live)} live nodes with this name (ids "
+                            f"{', '.join(str(n.id) for n in live)}): revoke --delete the stale ones")
+        if node is None:
+            state = "never-enrolled"
+            if rec is None:
+                problems.append("no bundle yet: run `fleet bundle " + name + "`")
+            elif key is None or not key.usable(now):
+                problems.append("bundle key expired or used: run `fleet bundle " + name + "`")
+            rows.append(HostStatus(name, h.team, h.role, state, 0, "", None, None, key_id,
+                                   key_exp, want, tuple(problems)))
+            continue
+        if node.expired(now):
+            state = "expired"
+        else:
+            state = "online" if node.online else "offline"
+        if tuple(sorted(node.tags)) != want:
+            problems.append(f"tags {', '.join(sorted(node.tags)) or 'none'} differ from the "
+                            f"fleet file ({', '.join(want)}): rotate it")
+        rows.append(HostStatus(name, h.team, h.role, state, node.id,
+                               node.ip_addresses[0] if node.ip_addresses else "",
+                               node.last_seen, node.expiry, key_id, key_exp,
+                               tuple(sorted(node.tags)), tuple(problems)))
+    for n in nodes:
+        if n.id not in claimed:
+            rows.append(HostStatus(n.given_name or n.name, "", "", "unknown", n.id,
+                                   n.ip_addresses[0] if n.ip_addresses else "", n.last_seen,
+                                   n.expiry, 0, None, tuple(sorted(n.tags)),
+                                   ("enrolled but not in the fleet file",)))
+    return rows
+
+
+@dataclass(frozen=True)
+class RevokeResult:
+    """What :func:`revoke` did: node ids expired, deleted, and pre-auth key ids expired."""
+
+    expired_nodes: tuple[int, ...]
+    deleted_nodes: tuple[int, ...]
+    expired_keys: tuple[int, ...]
+
+
+def revoke(dep: Deployment, fleet: FleetConfig | None, host: str, *, delete: bool = False,
+           cli: HeadscaleCLI | None = None) -> RevokeResult:
+    """Cut ``host`` off: expire its node(s) and its recorded pre-auth key.
+
+    Idempotent (an expired node/key is left as is). With ``delete`` the nodes are also
+    deleted, so the name is free for a fresh enrolment. ``host`` may also be a node that is
+    not in the fleet file (pass ``fleet=None`` or any fleet).
+
+    Raises:
+        FleetError: naming the host when nothing by that name exists, or on CLI failure.
+    """
+    cli = cli or dep.cli()
+    try:
+        mine = nodes_named(cli.list_nodes(), host)
+        in_fleet = fleet is not None and host in fleet.hosts
+        if not mine and not in_fleet:
+            raise FleetError("no enrolled node and no fleet-file host by this name", host=host)
+        expired, deleted, keys_expired = [], [], []
+        for n in mine:
+            if not n.expired():
+                cli.expire_node(n.id)
+                expired.append(n.id)
+            if delete:
+                cli.delete_node(n.id)
+                deleted.append(n.id)
+        rec = read_key_record(dep, host)
+        if rec is not None:
+            listed = {k.id: k for k in cli.list_preauth_keys()}
+            k = listed.get(rec[0])
+            if k is not None and k.usable():
+                cli.expire_preauth_key(k.id)
+                keys_expired.append(k.id)
+    except FleetError as e:
+        raise FleetError(e.reason, file=e.file, key=e.key, host=host) from None
+    return RevokeResult(tuple(expired), tuple(deleted), tuple(keys_expired))
+
+
+def rotate(dep: Deployment, fleet: FleetConfig, host: str, outdir: str | Path, *,
+           expire_node: bool = False) -> Path:
+    """Expire ``host``'s current pre-auth key, issue a new one and write a new bundle.
+
+    With ``expire_node`` the host's enrolled node is also expired (it must enrol again with
+    the new bundle: ``tailscale up --force-reauth --auth-key=file:auth.key``).
+    Returns the new robot.yaml path.
+    """
+    fleet.host(host)
+    if expire_node:
+        revoke(dep, fleet, host)
+    return write_bundle(dep, fleet, host, outdir, force_new_key=True)
