@@ -162,7 +162,8 @@ class ServerConfig:
         listen: HTTP(S) listen address ``host:port`` (``listen_addr``).
         grpc_listen: gRPC listen address (``grpc_listen_addr``); the fleet tool itself talks
             to headscale over its unix socket.
-        metrics_listen: Prometheus metrics/debug listen address (``metrics_listen_addr``).
+        metrics_listen: Prometheus metrics/debug listen address (``metrics_listen_addr``);
+            "" (the default) = off.
         tls: see :class:`TlsConfig`.
         derp: see :class:`DerpConfig`.
         prefixes_v4: overlay IPv4 prefix.
@@ -172,7 +173,7 @@ class ServerConfig:
     url: str
     listen: str
     grpc_listen: str = "127.0.0.1:50443"
-    metrics_listen: str = "127.0.0.1:9090"
+    metrics_listen: str = ""
     tls: TlsConfig = field(default_factory=TlsConfig)
     derp: DerpConfig = field(default_factory=DerpConfig)
     prefixes_v4: str = "100.64.0.0/10"
@@ -407,7 +408,8 @@ def _load_server(r: _Reader, raw: Any, base: Path) -> ServerConfig:
         url=url.rstrip("/"),
         listen=listen,
         grpc_listen=r.hostport(m, "grpc_listen", "server.grpc_listen", "127.0.0.1:50443"),
-        metrics_listen=r.hostport(m, "metrics_listen", "server.metrics_listen", "127.0.0.1:9090"),
+        metrics_listen=(r.hostport(m, "metrics_listen", "server.metrics_listen", "")
+                        if m.get("metrics_listen") else ""),
         tls=tls,
         derp=derp,
         prefixes_v4=v4,
