@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 from dataclasses import dataclass
@@ -20,6 +21,13 @@ from .config import FleetError
 
 #: Seconds one CLI call may take before it is abandoned.
 CLI_TIMEOUT_S = 30.0
+
+_KEY_RE = re.compile(r"hskey-[a-z]+-[A-Za-z0-9_*-]+|\b[0-9a-f]{48}\b")
+
+
+def redact(text: str) -> str:
+    """``text`` with anything shaped like a headscale key (``hskey-...``, 48 hex) replaced."""
+    return _KEY_RE.sub("<redacted>", text)
 
 
 def find_headscale(explicit: str | Path | None = None) -> str:
@@ -179,7 +187,7 @@ class HeadscaleCLI:
                              file=self.config_path) from None
         if proc.returncode != 0:
             detail = proc.stderr.strip() if secret_output else (proc.stderr or proc.stdout).strip()
-            raise FleetError(self._explain(what, detail), file=self.config_path)
+            raise FleetError(redact(self._explain(what, detail)), file=self.config_path)
         if not json_output:
             return proc.stdout
         text = proc.stdout.strip()
@@ -191,7 +199,7 @@ class HeadscaleCLI:
             if secret_output:
                 raise FleetError(f"`{what}` printed something that is not JSON",
                                  file=self.config_path) from None
-            raise FleetError(f"`{what}` printed something that is not JSON: {text[:200]}",
+            raise FleetError(f"`{what}` printed something that is not JSON: {redact(text[:200])}",
                              file=self.config_path) from None
 
     @staticmethod
