@@ -147,13 +147,24 @@ def revoke(dep: Deployment, fleet: FleetConfig | None, host: str, *, delete: boo
 
 def rotate(dep: Deployment, fleet: FleetConfig, host: str, outdir: str | Path, *,
            expire_node: bool = False) -> Path:
-    """Expire ``host``'s current pre-auth key, issue a new one and write a new bundle.
+    """Replace ``host``'s pre-auth key (the old one is expired if unused) and write a new bundle.
 
-    With ``expire_node`` the host's enrolled node is also expired (it must enrol again with
-    the new bundle: ``tailscale up --force-reauth --auth-key=file:auth.key``).
+    An enrolled, unexpired node keeps running; it can re-enrol with the new key
+    (``tailscale up --force-reauth --auth-key=file:auth.key``) and stays the same node. Nodes
+    of ``host`` that are expired (revoked) are deleted: headscale 0.29 keeps a tagged node's
+    expiry on re-registration, so an expired node could never come back; the machine enrols
+    as a fresh node from the new bundle. With ``expire_node`` the live node is expired and
+    deleted as well (cut off a lost or compromised machine and issue a fresh bundle).
     Returns the new robot.yaml path.
     """
     fleet.host(host)
-    if expire_node:
-        revoke(dep, fleet, host)
+    cli = dep.cli()
+    try:
+        for n in nodes_named(cli.list_nodes(), host):
+            if expire_node and not n.expired():
+                cli.expire_node(n.id)
+            if expire_node or n.expired():
+                cli.delete_node(n.id)
+    except FleetError as e:
+        raise FleetError(e.reason, file=e.file, key=e.key, host=host) from None
     return write_bundle(dep, fleet, host, outdir, force_new_key=True)
