@@ -1,0 +1,229 @@
+"""The fleet's ACL policy enforced by real tailscaled in network namespaces (root only).
+
+Topology (all names carry a per-run id R; nothing touches the host's own network)::
+
+      ns fR-ctl  10.232.0.1   headscale (fleet init + serve_argv, TLS, embedded DERP/STUN)
+           |
+      ns fR-sw   bridge br0 (veth per namespace)
+       |        |         |          |
+    fR-a1      fR-a2     fR-op      fR-b1        tailscaled --tun=ts0 in each, enrolled from
+    alpha-     alpha-    alpha-op   bravo-       its fleet bundle
+    robot1     robot2    (operator) robot1
+    .11        .12       .13        .21
+
+Checks: alpha-robot1 opens TCP to alpha-robot2 (its team-mate); alpha-robot1, alpha-op and
+bravo-robot1 cannot open TCP across teams; alpha-op reaches alpha-robot2. Processes are
+ended by pid and namespaces deleted in a finally block.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO))
+
+from overlay_manager.fleet.bundle import write_bundle  # noqa: E402
+from overlay_manager.fleet.config import load_fleet  # noqa: E402
+from overlay_manager.fleet.deploy import init_deployment  # noqa: E402
+from overlay_manager.fleet.ops import fleet_status  # noqa: E402
+
+BIN = REPO / ".tools" / "bin"
+HEADSCALE, TAILSCALE, TAILSCALED = BIN / "headscale", BIN / "tailscale", BIN / "tailscaled"
+_missing = [str(p) for p in (HEADSCALE, TAILSCALE, TAILSCALED) if not os.access(p, os.X_OK)]
+pytestmark = [
+    pytest.mark.skipif(os.geteuid() != 0, reason="needs root (network namespaces, TUN)"),
+    pytest.mark.skipif(bool(_missing), reason=f"needs {', '.join(_missing)} (run scripts/setup)"),
+    pytest.mark.skipif(shutil.which("ip") is None, reason="needs iproute2 (ip)"),
+]
+
+HOSTS = {"alpha-robot1": ("a1", "10.232.0.11"), "alpha-robot2": ("a2", "10.232.0.12"),
+         "alpha-op": ("op", "10.232.0.13"), "bravo-robot1": ("b1", "10.232.0.21")}
+CTL_IP = "10.232.0.1"
+PORT = 7411  # TCP port of the test listeners (inside the overlay only)
+
+LISTENER = """
+import socket, sys
+s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("0.0.0.0", int(sys.argv[1]))); s.listen(16)
+while True:
+    c, _ = s.accept(); c.sendall(b"ok\\n"); c.close()
+"""
+
+CONNECT = """
+import socket, sys
+try:
+    c = socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=float(sys.argv[3]))
+    print(c.recv(3).decode().strip() or "empty")
+except OSError as e:
+    print("fail:", e)
+"""
+
+
+def sh(*argv: str, check: bool = True) -> subprocess.CompletedProcess:
+    print("+", " ".join(argv))
+    res = subprocess.run(list(argv), capture_output=True, text=True, timeout=60, check=False)
+    if check and res.returncode != 0:
+        raise AssertionError(f"{' '.join(argv)} failed: {res.stderr.strip()}")
+    return res
+
+
+def wait_for(what: str, check: Callable[[], Any], timeout: float) -> Any:
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while time.monotonic() < deadline:
+        try:
+            last = check()
+        except Exception as e:  # noqa: BLE001 - reported on timeout
+            last = e
+        if last and not isinstance(last, Exception):
+            return last
+        time.sleep(0.3)
+    pytest.fail(f"timed out after {timeout:.0f} s waiting for {what}; last result: {last!r}")
+
+
+class Net:
+    def __init__(self) -> None:
+        self.run = secrets.token_hex(3)
+        self.ns: list[str] = []
+        self.procs: list[subprocess.Popen] = []
+        self.root = Path(tempfile.mkdtemp(prefix=f"fleet-acl-{self.run}-", dir="/tmp"))
+
+    def name(self, short: str) -> str:
+        return f"f{self.run}-{short}"
+
+    def add_ns(self, short: str) -> str:
+        ns = self.name(short)
+        sh("ip", "netns", "add", ns)
+        self.ns.append(ns)
+        sh("ip", "-n", ns, "link", "set", "lo", "up")
+        return ns
+
+    def popen(self, ns: str, argv: list[str], log: Path, env: dict[str, str] | None = None) -> subprocess.Popen:
+        print(f"+ [{ns}]", " ".join(argv))
+        with open(log, "wb") as out:
+            p = subprocess.Popen(["ip", "netns", "exec", ns, *argv], stdout=out, stderr=subprocess.STDOUT,
+                                 stdin=subprocess.DEVNULL, env={**os.environ, **(env or {})})
+        self.procs.append(p)
+        return p
+
+    def connect(self, ns: str, ip: str, timeout: float = 3.0) -> str:
+        res = sh("ip", "netns", "exec", ns, "/usr/bin/python3", "-c", CONNECT, ip, str(PORT), str(timeout))
+        return res.stdout.strip()
+
+    def close(self) -> None:
+        for p in reversed(self.procs):
+            if p.poll() is None:
+                os.kill(p.pid, signal.SIGTERM)
+                try:
+                    p.wait(10)
+                except subprocess.TimeoutExpired:
+                    os.kill(p.pid, signal.SIGKILL)
+                    p.wait(10)
+        for ns in reversed(self.ns):
+            sh("ip", "netns", "del", ns, check=False)
+        shutil.rmtree(self.root, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def net() -> Iterator[dict[str, Any]]:
+    n = Net()
+    try:
+        sw = n.add_ns("sw")
+        sh("ip", "-n", sw, "link", "add", "br0", "type", "bridge")
+        sh("ip", "-n", sw, "link", "set", "br0", "up")
+        for short, ip in [("ctl", CTL_IP)] + [v for v in HOSTS.values()]:
+            ns = n.add_ns(short)
+            sh("ip", "-n", sw, "link", "add", f"v{short}", "type", "veth", "peer", "name", "eth0", "netns", ns)
+            sh("ip", "-n", sw, "link", "set", f"v{short}", "master", "br0", "up")
+            sh("ip", "-n", ns, "addr", "add", f"{ip}/24", "dev", "eth0")
+            sh("ip", "-n", ns, "link", "set", "eth0", "up")
+
+        fleet_file = n.root / "fleet.yaml"
+        fleet_file.write_text(yaml.safe_dump({
+            "fleet": "acltest", "base_domain": "fleet.internal",
+            "server": {"url": f"https://{CTL_IP}:8443", "listen": f"{CTL_IP}:8443",
+                       "derp": {"stun_listen": f"{CTL_IP}:3478", "ipv4": CTL_IP}},
+            "teams": {"alpha": {"robots": ["alpha-robot1", "alpha-robot2"], "operators": ["alpha-op"]},
+                      "bravo": {"robots": ["bravo-robot1"]}},
+        }))
+        fleet = load_fleet(fleet_file)
+        dep = init_deployment(fleet, n.root / "hs", headscale=str(HEADSCALE))
+        hs_log = n.root / "headscale.log"
+        n.popen(n.name("ctl"), dep.serve_argv(), hs_log)
+        wait_for(f"headscale in {n.name('ctl')} to answer on its socket", dep.cli().health, 30)
+
+        for host, (short, _) in HOSTS.items():
+            b = n.root / "hosts" / host
+            write_bundle(dep, fleet, host, b)
+            n.popen(n.name(short), [str(TAILSCALED), "--tun=ts0", f"--statedir={b}/state",
+                                    f"--socket={b}/tailscaled.sock", "--port=41641"],
+                    b / "tailscaled.log", env={"SSL_CERT_FILE": str(b / "ca.crt"), "TS_LOGS_DIR": str(b)})
+        for host in HOSTS:
+            b = n.root / "hosts" / host
+            wait_for(f"tailscaled socket of {host}", lambda b=b: (b / "tailscaled.sock").exists(), 20)
+            res = wait_for(f"`tailscale up` of {host}", lambda b=b, host=host: (r := subprocess.run(
+                [str(TAILSCALE), f"--socket={b}/tailscaled.sock", "up", f"--login-server={dep.server_url}",
+                 f"--auth-key=file:{b}/auth.key", f"--hostname={host}", "--accept-dns=false", "--timeout=30s"],
+                capture_output=True, text=True, timeout=60)).returncode == 0 and r or None, 40)
+            assert res.returncode == 0
+
+        rows = wait_for("all four hosts online", lambda: (rs := {r.host: r for r in fleet_status(dep, fleet)})
+                        and all(rs[h].state == "online" for h in HOSTS) and rs, 30)
+        ips = {h: rows[h].ip for h in HOSTS}
+        for host, (short, _) in HOSTS.items():
+            n.popen(n.name(short), ["/usr/bin/python3", "-c", LISTENER, str(PORT)],
+                    n.root / "hosts" / host / "listener.log")
+        for host, (short, _) in HOSTS.items():
+            wait_for(f"listener of {host} (from itself)", lambda s=short, h=host: n.connect(n.name(s), ips[h]) == "ok",
+                     10)
+        yield {"net": n, "ips": ips}
+    finally:
+        n.close()
+
+
+def _from(net: dict[str, Any], src: str, dst: str, timeout: float = 3.0) -> str:
+    n: Net = net["net"]
+    return n.connect(n.name(HOSTS[src][0]), net["ips"][dst], timeout)
+
+
+def test_team_mates_reach_each_other(net: dict[str, Any]) -> None:
+    wait_for("alpha-robot1 -> alpha-robot2 TCP", lambda: _from(net, "alpha-robot1", "alpha-robot2") == "ok", 30)
+    wait_for("alpha-robot2 -> alpha-robot1 TCP", lambda: _from(net, "alpha-robot2", "alpha-robot1") == "ok", 30)
+
+
+def test_operator_reaches_own_team(net: dict[str, Any]) -> None:
+    wait_for("alpha-op -> alpha-robot2 TCP", lambda: _from(net, "alpha-op", "alpha-robot2") == "ok", 30)
+    wait_for("alpha-robot1 -> alpha-op TCP (ROS callbacks)",
+             lambda: _from(net, "alpha-robot1", "alpha-op") == "ok", 30)
+
+
+@pytest.mark.parametrize("src,dst", [("alpha-robot1", "bravo-robot1"), ("bravo-robot1", "alpha-robot1"),
+                                     ("alpha-op", "bravo-robot1"), ("bravo-robot1", "alpha-op")])
+def test_no_tcp_across_teams(net: dict[str, Any], src: str, dst: str) -> None:
+    # same-team traffic works by now (positive control), so a failure here is the ACL
+    wait_for("alpha-robot1 -> alpha-robot2 TCP", lambda: _from(net, "alpha-robot1", "alpha-robot2") == "ok", 30)
+    out = _from(net, src, dst, timeout=3.0)
+    print(f"{src} -> {dst}: {out}")
+    assert out != "ok", f"{src} opened a TCP connection to {dst} across teams"
+    # the policy also hides the other team: dst is not even a peer in src's netmap
+    n: Net = net["net"]
+    status = json.loads(sh(str(TAILSCALE), f"--socket={n.root}/hosts/{src}/tailscaled.sock", "status",
+                           "--json").stdout)
+    peers = {p.get("HostName") for p in (status.get("Peer") or {}).values()}
+    assert dst not in peers, f"{dst} is visible to {src}: {sorted(peers)}"
+    mates = [h for h in HOSTS if h != src and h.split("-")[0] == src.split("-")[0]]
+    assert not mates or set(mates) <= peers, f"team-mates {mates} missing from {src}'s peers {sorted(peers)}"
