@@ -1,0 +1,413 @@
+"""The dashboard's view: peer table, this machine's state, history plot, path-change log, actions.
+
+The layout comes from ``resource/overlay_dashboard.ui``. The widget reads nothing from ROS itself:
+it shows what the model signals (over queued connections, so slots run on the GUI thread) and asks
+the model to act. ``save_state``/``restore_state`` give the settings as a dict of strings, which
+the rqt plugin and the standalone window store in their own settings objects.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any, Dict, List, Mapping, Optional, Tuple
+
+from python_qt_binding import loadUi
+from python_qt_binding.QtCore import QPoint, Qt, QTimer
+from python_qt_binding.QtGui import QBrush, QColor
+from python_qt_binding.QtWidgets import QAction, QHeaderView, QListWidgetItem, QMenu, QTableWidgetItem, QWidget
+
+from overlay_manager.dashboard import format as fmt
+from overlay_manager.dashboard.model import ActionResult, OverlayModel
+from overlay_manager.dashboard.plot import HistoryPlot
+from overlay_manager.dashboard.state import DEFAULT_NODE, normalise_node
+
+UI_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "resource", "overlay_dashboard.ui")
+
+# (key, header, tooltip); keys are what the settings store.
+COLUMNS: Tuple[Tuple[str, str, str], ...] = (
+    ("name", "Name", "short name (hostname label)"),
+    ("address", "Overlay address", "first overlay IP address; the tooltip has the overlay name"),
+    ("online", "Online", "the control server reports the peer connected"),
+    ("path", "Path", "direct | peer-relay | derp (relayed) | idle (no traffic yet) | offline"),
+    ("where", "Endpoint / relay", "UDP endpoint of a direct path, or the DERP region relaying it"),
+    ("latency", "Latency", "last round trip measured through the overlay"),
+    ("rx", "Rx", "receive rate from the peer, from tailscaled's byte counters"),
+    ("tx", "Tx", "send rate to the peer, from tailscaled's byte counters"),
+    ("handshake", "Last handshake", "last WireGuard handshake with the peer"),
+)
+COLUMN_KEYS = tuple(c[0] for c in COLUMNS)
+COL = {key: i for i, key in enumerate(COLUMN_KEYS)}
+
+SETTING_NODE = "node"
+SETTING_HIDDEN = "hidden_columns"
+SETTING_SORT_COLUMN = "sort_column"
+SETTING_SORT_ORDER = "sort_order"
+SETTING_KEYS = (SETTING_NODE, SETTING_HIDDEN, SETTING_SORT_COLUMN, SETTING_SORT_ORDER)
+PATH_LOG_MAX = 500
+SORT_ROLE = Qt.UserRole + 1
+
+
+class _Item(QTableWidgetItem):
+    """Table item that sorts by a key stored under SORT_ROLE (numbers sort as numbers)."""
+
+    def __lt__(self, other: QTableWidgetItem) -> bool:
+        a, b = self.data(SORT_ROLE), other.data(SORT_ROLE)
+        if a is None or b is None or type(a) is not type(b):
+            return super().__lt__(other)
+        return a < b
+
+
+def _item(text: str, sort_key: Any = None, tooltip: str = "") -> _Item:
+    item = _Item(text)
+    item.setData(SORT_ROLE, text.lower() if sort_key is None else sort_key)
+    if tooltip:
+        item.setToolTip(tooltip)
+    return item
+
+
+def _coloured(text: str, level: str) -> str:
+    """Rich text in a level's colour (labels)."""
+    colour = fmt.LEVEL_COLOURS.get(level, fmt.LEVEL_COLOURS[fmt.LEVEL_UNKNOWN])
+    return f'<span style="color:{colour}">{_escape(text)}</span>'
+
+
+def _escape(text: str) -> str:
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+class OverlayDashboardWidget(QWidget):
+    """The dashboard view for the node the model has selected."""
+
+    def __init__(self, model: OverlayModel, parent: Optional[QWidget] = None) -> None:
+        """Load the .ui, connect the model's signals (queued) and the widgets' own signals."""
+        super().__init__(parent)
+        loadUi(UI_FILE, self)
+        self.setObjectName("OverlayDashboardWidget")
+        self._model = model
+        self._peers: Dict[str, Any] = {}          # name -> Peer message from the last PeerList
+        self._handshakes: Dict[str, float] = {}   # name -> last handshake (POSIX s)
+        self._status: Any = None
+        self._user_picked_node = False
+        self._busy: Dict[str, str] = {}           # peer -> running action
+
+        self.plot = HistoryPlot(self.plot_container)
+        self.plot_layout.addWidget(self.plot)
+        self._setup_table()
+        self._setup_columns_menu()
+
+        q = Qt.QueuedConnection
+        model.nodes_changed.connect(self._on_nodes, q)
+        model.node_changed.connect(self._on_node_changed, q)
+        model.peers_received.connect(self._on_peers, q)
+        model.status_received.connect(self._on_status, q)
+        model.path_change_received.connect(self._on_path_change, q)
+        model.action_started.connect(self._on_action_started, q)
+        model.action_finished.connect(self._on_action_finished, q)
+        model.error.connect(self._on_error, q)
+
+        self.node_combo.activated[str].connect(self._on_node_picked)
+        self.node_combo.lineEdit().returnPressed.connect(
+            lambda: self._on_node_picked(self.node_combo.currentText()))
+        self.refresh_button.clicked.connect(model.refresh_nodes)
+        self.peer_table.itemSelectionChanged.connect(self._on_selection)
+        self.ping_button.clicked.connect(self.ping_selected)
+        self.measure_button.clicked.connect(self.measure_selected)
+        self.wait_button.clicked.connect(self.wait_selected)
+        self._update_buttons()
+
+        self._tick = QTimer(self)  # ages and the plot move with the clock
+        self._tick.setInterval(1000)
+        self._tick.timeout.connect(self._on_tick)
+        self._tick.start()
+
+    # ------------------------------------------------------------------ setup
+    def _setup_table(self) -> None:
+        t = self.peer_table
+        t.setColumnCount(len(COLUMNS))
+        for i, (_, header, tip) in enumerate(COLUMNS):
+            item = QTableWidgetItem(header)
+            item.setToolTip(tip)
+            t.setHorizontalHeaderItem(i, item)
+        hh = t.horizontalHeader()
+        hh.setSectionResizeMode(QHeaderView.Interactive)
+        hh.setContextMenuPolicy(Qt.CustomContextMenu)
+        hh.customContextMenuRequested.connect(self._on_header_menu)
+        t.sortItems(COL["name"], Qt.AscendingOrder)
+        for key, width in (("name", 110), ("address", 120), ("online", 60), ("path", 90),
+                           ("where", 170), ("latency", 80), ("rx", 95), ("tx", 95)):
+            t.setColumnWidth(COL[key], width)
+
+    def _setup_columns_menu(self) -> None:
+        self._columns_menu = QMenu(self)
+        self._column_actions: Dict[str, QAction] = {}
+        for key, header, _ in COLUMNS:
+            action = QAction(header, self._columns_menu)
+            action.setCheckable(True)
+            action.setChecked(True)
+            action.setEnabled(key != "name")  # the name column identifies the row
+            action.toggled.connect(lambda on, k=key: self.set_column_visible(k, on))
+            self._columns_menu.addAction(action)
+            self._column_actions[key] = action
+        self.columns_button.setMenu(self._columns_menu)
+
+    def _on_header_menu(self, pos: QPoint) -> None:
+        self._columns_menu.exec_(self.peer_table.horizontalHeader().mapToGlobal(pos))
+
+    # ------------------------------------------------------------------ columns and settings
+    def set_column_visible(self, key: str, visible: bool) -> None:
+        """Show or hide a peer-table column by key (see COLUMNS)."""
+        if key == "name" or key not in COL:
+            return
+        self.peer_table.setColumnHidden(COL[key], not visible)
+        action = self._column_actions[key]
+        if action.isChecked() != visible:
+            action.setChecked(visible)
+
+    def hidden_columns(self) -> List[str]:
+        """Keys of the hidden peer-table columns."""
+        return [k for k in COLUMN_KEYS if self.peer_table.isColumnHidden(COL[k])]
+
+    def save_state(self) -> Dict[str, str]:
+        """Settings as strings: selected node, hidden columns, sort column and order."""
+        hh = self.peer_table.horizontalHeader()
+        column = hh.sortIndicatorSection()
+        return {
+            SETTING_NODE: self._model.node(),
+            SETTING_HIDDEN: ",".join(self.hidden_columns()),
+            SETTING_SORT_COLUMN: COLUMN_KEYS[column] if 0 <= column < len(COLUMN_KEYS) else "name",
+            SETTING_SORT_ORDER: "desc" if hh.sortIndicatorOrder() == Qt.DescendingOrder else "asc",
+        }
+
+    def restore_state(self, state: Mapping[str, Any]) -> None:
+        """Apply settings from save_state (missing or unknown values keep the defaults)."""
+        hidden = set(fmt.split_csv(state.get(SETTING_HIDDEN)))
+        for key in COLUMN_KEYS:
+            self.set_column_visible(key, key not in hidden)
+        column = str(state.get(SETTING_SORT_COLUMN) or "name")
+        order = Qt.DescendingOrder if str(state.get(SETTING_SORT_ORDER)) == "desc" else Qt.AscendingOrder
+        self.peer_table.sortItems(COL.get(column, COL["name"]), order)
+        node = normalise_node(str(state.get(SETTING_NODE) or ""))
+        if node:
+            self.select_node(node, user=True)
+
+    # ------------------------------------------------------------------ node selection
+    def start(self, node: str = "") -> None:
+        """Select a node (default /overlay_manager until discovery finds others) and start looking."""
+        if not self._model.node():
+            self.select_node(node or DEFAULT_NODE, user=bool(node))
+        self._model.start()
+
+    def select_node(self, node: str, user: bool = False) -> None:
+        """Show a node; user=True keeps it even when discovery finds other nodes."""
+        node = normalise_node(node)
+        if not node:
+            return
+        self._user_picked_node = self._user_picked_node or user
+        if self.node_combo.findText(node) < 0:
+            self.node_combo.addItem(node)
+        self.node_combo.setCurrentText(node)
+        self._model.set_node(node)
+
+    def _on_node_picked(self, text: str) -> None:
+        self.select_node(text, user=True)
+
+    def _on_nodes(self, nodes: List[str]) -> None:
+        current = self._model.node()
+        self.node_combo.blockSignals(True)
+        self.node_combo.clear()
+        self.node_combo.addItems(nodes)
+        if current and current not in nodes:
+            self.node_combo.addItem(current)
+        self.node_combo.setCurrentText(current)
+        self.node_combo.blockSignals(False)
+        if nodes and current not in nodes and not self._user_picked_node:
+            self.select_node(nodes[0])
+
+    def _on_node_changed(self, node: str) -> None:
+        self._peers.clear()
+        self._handshakes.clear()
+        self._status = None
+        self.peer_table.setRowCount(0)
+        self.path_log.clear()
+        for name in ("state_value", "self_value", "nat_value", "control_value", "ros_value",
+                     "health_value"):
+            getattr(self, name).setText("-")
+        self.headline_label.setText(f"waiting for {node}/peers" if node else "no node selected")
+        self._on_selection()
+
+    # ------------------------------------------------------------------ model data
+    def _on_peers(self, msg: Any) -> None:
+        selected = self.selected_peer()
+        self._peers = {p.name: p for p in msg.peers}
+        t = self.peer_table
+        t.setSortingEnabled(False)
+        t.setRowCount(len(msg.peers))
+        for row, peer in enumerate(msg.peers):
+            self._fill_row(row, peer)
+        t.setSortingEnabled(True)  # re-sorts by the current indicator
+        if selected:
+            self._select_row_of(selected)
+        self.headline_label.setText(fmt.peer_counts(msg.peers))
+        self._update_selected_panel()
+
+    def _fill_row(self, row: int, peer: Any) -> None:
+        rx, tx = self._model.rates(peer.name)
+        handshake = peer.last_handshake.to_sec()
+        self._handshakes[peer.name] = handshake
+        address = peer.addresses[0] if peer.addresses else ""
+        latency = peer.latency_ms
+        items = {
+            "name": _item(peer.name, tooltip=peer.dns_name),
+            "address": _item(address, tooltip="\n".join([peer.dns_name, *peer.addresses])),
+            "online": _item("yes" if peer.online else "no", int(peer.online)),
+            "path": _item(peer.path, tooltip=fmt.path_description(peer.path)),
+            "where": _item(fmt.path_where(peer.path, peer.endpoint, peer.relay_region)),
+            "latency": _item(fmt.format_latency(latency), -1.0 if fmt.is_nan(latency) else latency),
+            "rx": _item(fmt.format_rate(rx), -1.0 if rx is None else rx),
+            "tx": _item(fmt.format_rate(tx), -1.0 if tx is None else tx),
+            "handshake": _item(fmt.format_age(handshake), handshake,
+                               tooltip=fmt.format_clock(handshake)),
+        }
+        tint = QBrush(QColor(fmt.path_tint(peer.path)))
+        for key, item in items.items():
+            item.setBackground(tint)
+            if not peer.online:
+                item.setForeground(QBrush(QColor("#757575")))
+            self.peer_table.setItem(row, COL[key], item)
+        path_item = items["path"]
+        path_item.setBackground(QBrush(QColor(fmt.path_colour(peer.path))))
+        path_item.setForeground(QBrush(QColor("#ffffff")))
+        path_item.setTextAlignment(Qt.AlignCenter)
+        for key in ("latency", "rx", "tx"):
+            items[key].setTextAlignment(Qt.AlignRight | Qt.AlignVCenter)
+
+    def _on_status(self, msg: Any) -> None:
+        self._status = msg
+        verdict = fmt.overlay_verdict(msg)
+        self.state_value.setText(_coloured(f"{verdict.text} (tailscaled {msg.backend_state or '-'}"
+                                           f", {msg.tailscale_version or 'version unknown'})",
+                                           verdict.level))
+        addresses = ", ".join(msg.self_addresses) or "no overlay address"
+        self.self_value.setText(f"{msg.self_name or '-'}  {msg.self_dns_name}  ({addresses})")
+        nat = fmt.nat_verdict(msg.nat)
+        self.nat_value.setText(_coloured(nat.text, nat.level))
+        self.nat_value.setToolTip(nat.text + (f"\nnode's summary: {msg.nat.summary}" if msg.nat.summary else ""))
+        control = "reachable" if msg.control_reachable else "not reachable"
+        self.control_value.setText(_coloured(f"{msg.login_server or '-'}: {control}",
+                                             fmt.LEVEL_OK if msg.control_reachable else fmt.LEVEL_WARN))
+        self.ros_value.setText(f"ROS_MASTER_URI={msg.ros_master_uri or '-'}  "
+                               f"ROS_HOSTNAME={msg.ros_hostname or '-'}")
+        self.health_value.setText(_coloured("; ".join(msg.health), fmt.LEVEL_WARN)
+                                  if msg.health else _coloured("no warnings", fmt.LEVEL_OK))
+        self.health_value.setToolTip("\n".join(msg.health))
+
+    def _on_path_change(self, msg: Any) -> None:
+        item = QListWidgetItem(fmt.path_change_text(msg))
+        item.setForeground(QBrush(QColor(fmt.path_colour(msg.new_path))))
+        item.setToolTip(f"{msg.dns_name}: {fmt.path_description(msg.new_path)}")
+        self.path_log.insertItem(0, item)
+        while self.path_log.count() > PATH_LOG_MAX:
+            self.path_log.takeItem(self.path_log.count() - 1)
+
+    # ------------------------------------------------------------------ selection and plot
+    def selected_peer(self) -> str:
+        """Name of the selected peer ("" = none)."""
+        rows = self.peer_table.selectionModel().selectedRows(COL["name"])
+        return rows[0].data() if rows else ""
+
+    def select_peer(self, name: str) -> bool:
+        """Select a peer's row by name; False when it is not in the table."""
+        return self._select_row_of(name)
+
+    def row_of(self, name: str) -> int:
+        """Row index of a peer in the table (-1 = not shown)."""
+        for row in range(self.peer_table.rowCount()):
+            item = self.peer_table.item(row, COL["name"])
+            if item is not None and item.text() == name:
+                return row
+        return -1
+
+    def _select_row_of(self, name: str) -> bool:
+        row = self.row_of(name)
+        if row < 0:
+            return False
+        self.peer_table.selectRow(row)
+        return True
+
+    def _on_selection(self) -> None:
+        self._update_selected_panel()
+        self._update_buttons()
+
+    def _update_selected_panel(self) -> None:
+        name = self.selected_peer()
+        peer = self._peers.get(name)
+        if not name or peer is None:
+            self.selected_value.setText("select a peer in the table")
+            self.plot.set_samples("", [])
+            return
+        where = fmt.path_where(peer.path, peer.endpoint, peer.relay_region)
+        busy = f" - {self._busy[name]} running" if name in self._busy else ""
+        self.selected_value.setText(
+            f"{peer.dns_name or name}: {peer.path}{f' ({where})' if where else ''}, "
+            f"latency {fmt.format_latency(peer.latency_ms)}{busy}")
+        self.plot.set_samples(name, self._model.history(name))
+
+    def _on_tick(self) -> None:
+        now = time.time()
+        column = COL["handshake"]
+        for row in range(self.peer_table.rowCount()):
+            name_item = self.peer_table.item(row, COL["name"])
+            item = self.peer_table.item(row, column)
+            if name_item is not None and item is not None:
+                item.setText(fmt.format_age(self._handshakes.get(name_item.text(), 0.0), now))
+        self._update_selected_panel()
+
+    # ------------------------------------------------------------------ actions
+    def _update_buttons(self) -> None:
+        enabled = bool(self.selected_peer())
+        for button in (self.ping_button, self.measure_button, self.wait_button):
+            button.setEnabled(enabled)
+
+    def ping_selected(self) -> None:
+        """Ping the selected peer (result appears in the result box)."""
+        if self.selected_peer():
+            self._model.ping(self.selected_peer())
+
+    def measure_selected(self) -> None:
+        """Measure the link to the selected peer with iperf3."""
+        if self.selected_peer():
+            self._model.measure_link(self.selected_peer())
+
+    def wait_selected(self) -> None:
+        """Wait until the link to the selected peer is direct."""
+        if self.selected_peer():
+            self._model.wait_for_direct(self.selected_peer())
+
+    def _on_action_started(self, action: str, peer: str) -> None:
+        self._busy[peer] = action
+        self._append_result(f"{action} {peer}: running ...", fmt.LEVEL_UNKNOWN)
+        self._update_selected_panel()
+
+    def _on_action_finished(self, result: ActionResult) -> None:
+        self._busy.pop(result.peer, None)
+        if result.node != self._model.node():
+            return
+        self._append_result(f"{result.verdict.text}  [{result.elapsed:.1f} s]", result.verdict.level)
+        self._update_selected_panel()
+
+    def _on_error(self, text: str) -> None:
+        self.headline_label.setText(_coloured(text, fmt.LEVEL_ERROR))
+
+    def _append_result(self, text: str, level: str) -> None:
+        stamp = fmt.format_clock(time.time())
+        self.result_text.appendHtml(_coloured(f"{stamp}  {text}", level))
+
+    def last_result(self) -> str:
+        """The newest line of the result box (tests and logs)."""
+        lines = self.result_text.toPlainText().splitlines()
+        return lines[-1] if lines else ""
+
+    def shutdown(self) -> None:
+        """Stop the clock (the model is shut down by its owner)."""
+        self._tick.stop()

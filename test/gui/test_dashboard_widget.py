@@ -1,0 +1,203 @@
+"""The dashboard widget under Xvfb against a real roscore and a real (fake-data) overlay node.
+
+    bash scripts/build && source .build/ws/devel/setup.bash
+    /usr/bin/python3 -m pytest test/gui -v
+
+Checks: the node is discovered, the peer table fills, a path change recolours the row and lands in
+the log, ping / measure link / wait for direct show their results, settings round-trip, and the
+standalone window runs and saves QSettings. Saves artifacts/dashboard.png.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import xmlrpc.client
+from pathlib import Path
+from typing import Dict, Iterator
+
+import pytest
+from conftest import ARTIFACTS, REPO, send_command, stop_process, wait_for
+
+from overlay_manager.dashboard import format as fmt
+
+NODE = "/overlay_manager"
+
+
+@pytest.fixture(scope="module")
+def dashboard(qapp, rospy_node, fake_node) -> Iterator[object]:
+    """The widget with its model, shown in a 1200x820 window, watching /overlay_manager."""
+    from overlay_manager.dashboard.model import OverlayModel
+    from overlay_manager.dashboard.widget import OverlayDashboardWidget
+
+    model = OverlayModel(discovery_period_s=0.5)
+    widget = OverlayDashboardWidget(model)
+    widget.resize(1200, 820)
+    widget.show()
+    widget.start()
+    yield widget
+    widget.shutdown()
+    model.shutdown()
+    widget.close()
+    widget.deleteLater()
+    qapp.processEvents()
+
+
+def table_text(widget) -> str:
+    """The table as text, for timeout messages."""
+    t = widget.peer_table
+    rows = []
+    for r in range(t.rowCount()):
+        rows.append(" | ".join(t.item(r, c).text() if t.item(r, c) else "" for c in range(t.columnCount())))
+    return "; ".join(rows) or "(empty table)"
+
+
+def cell(widget, peer: str, key: str):
+    """The table item of a peer's column (None if the peer is not shown)."""
+    from overlay_manager.dashboard.widget import COL
+    row = widget.row_of(peer)
+    return None if row < 0 else widget.peer_table.item(row, COL[key])
+
+
+def test_node_is_discovered(dashboard) -> None:
+    combo = dashboard.node_combo
+    wait_for(lambda: combo.findText(NODE) >= 0 and NODE in dashboard._model.nodes(), 15,
+             f"{NODE} in the node selector (found by its ~peers topic)",
+             lambda: f"combo={[combo.itemText(i) for i in range(combo.count())]}, "
+                     f"model nodes={dashboard._model.nodes()}")
+    assert dashboard._model.node() == NODE
+
+
+def test_table_fills(dashboard) -> None:
+    wait_for(lambda: dashboard.peer_table.rowCount() == 3, 15, "3 peers in the table",
+             lambda: table_text(dashboard))
+    assert cell(dashboard, "robot1", "path").text() == "direct"
+    assert cell(dashboard, "robot1", "where").text() == "192.0.2.10:41641"
+    assert cell(dashboard, "robot1", "address").text() == "100.64.0.2"
+    assert cell(dashboard, "robot1", "latency").text() == "0.85 ms"
+    assert cell(dashboard, "robot2", "path").text() == "derp"
+    assert cell(dashboard, "robot2", "where").text() == "DERP lab"
+    assert cell(dashboard, "robot3", "online").text() == "no"
+    assert cell(dashboard, "robot1", "handshake").text().endswith("s ago")
+    # rates need two PeerList messages (2 Hz): 2 Mbyte/s per message pair -> 16 Mbit/s
+    wait_for(lambda: cell(dashboard, "robot1", "rx").text().endswith("Mbit/s"), 10,
+             "robot1's rx rate from two counter samples", lambda: table_text(dashboard))
+    assert cell(dashboard, "robot1", "rx").text() == "16.0 Mbit/s"
+    colour = cell(dashboard, "robot2", "path").background().color().name()
+    assert colour == fmt.path_colour("derp")
+
+
+def test_status_panel(dashboard) -> None:
+    wait_for(lambda: "laptop1" in dashboard.self_value.text(), 10, "this machine's status",
+             lambda: dashboard.self_value.text())
+    assert "easy NAT" in dashboard.nat_value.text()
+    assert "enrolled; control server reachable" in dashboard.state_value.text()
+    assert "robot1.fleet.internal:11311" in dashboard.ros_value.text()
+    assert dashboard.headline_label.text().startswith("3 peers: 1 direct, 1 derp, 1 offline")
+
+
+def test_path_change_recolours_row(dashboard, fake_node) -> None:
+    wait_for(lambda: cell(dashboard, "robot2", "path") is not None, 15, "robot2 in the table")
+    assert send_command(fake_node, "path robot2 direct 192.0.2.11:41641").startswith("ok")
+    wait_for(lambda: cell(dashboard, "robot2", "path").text() == "direct", 10,
+             "robot2's path to become direct", lambda: table_text(dashboard))
+    item = cell(dashboard, "robot2", "path")
+    assert item.background().color().name() == fmt.path_colour("direct")
+    assert cell(dashboard, "robot2", "name").background().color().name() == fmt.path_tint("direct")
+    assert cell(dashboard, "robot2", "where").text() == "192.0.2.11:41641"
+    wait_for(lambda: dashboard.path_log.count() >= 1, 10, "a line in the path-change log")
+    line = dashboard.path_log.item(0)
+    assert "robot2  derp -> direct  192.0.2.11:41641" in line.text()
+    assert line.foreground().color().name() == fmt.path_colour("direct")
+
+
+def test_ping_shows_latency(dashboard) -> None:
+    wait_for(lambda: dashboard.select_peer("robot1"), 15, "robot1 row to select")
+    assert dashboard.ping_button.isEnabled()
+    dashboard.ping_button.click()
+    wait_for(lambda: "1.23 ms mean" in dashboard.last_result(), 15, "the ping result",
+             lambda: dashboard.result_text.toPlainText())
+    assert "ping robot1: 3 answered" in dashboard.last_result()
+    assert "path direct via 192.0.2.10:41641" in dashboard.last_result()
+    assert any(s.latency_ms == pytest.approx(1.23) for s in dashboard._model.history("robot1"))
+
+
+def test_measure_and_wait(dashboard) -> None:
+    wait_for(lambda: dashboard.select_peer("robot1"), 15, "robot1 row to select")
+    dashboard.measure_button.click()
+    wait_for(lambda: "measure robot1: TCP 1.70 Gbit/s" in dashboard.last_result(), 15,
+             "the measure-link result", lambda: dashboard.result_text.toPlainText())
+    dashboard.wait_button.click()
+    wait_for(lambda: "wait for robot1 direct: direct" in dashboard.last_result(), 15,
+             "the wait-for-direct result", lambda: dashboard.result_text.toPlainText())
+
+
+def test_unreachable_service_is_reported(dashboard, qapp) -> None:
+    from overlay_manager.dashboard.model import OverlayModel
+    from overlay_manager.dashboard.widget import OverlayDashboardWidget
+    model = OverlayModel()
+    widget = OverlayDashboardWidget(model)
+    widget.select_node("/nobody/overlay_manager", user=True)
+    model.ping("robot1")
+    wait_for(lambda: "not available" in widget.last_result(), 15, "the error for a missing service",
+             lambda: widget.result_text.toPlainText())
+    widget.shutdown()
+    model.shutdown()
+    widget.deleteLater()
+
+
+def test_settings_round_trip(dashboard, qapp) -> None:
+    from overlay_manager.dashboard.model import OverlayModel
+    from overlay_manager.dashboard.widget import COL, OverlayDashboardWidget
+    dashboard.set_column_visible("tx", False)
+    dashboard.peer_table.sortItems(COL["latency"], 1)  # Qt.DescendingOrder
+    state = dashboard.save_state()
+    assert state == {"node": NODE, "hidden_columns": "tx", "sort_column": "latency", "sort_order": "desc"}
+    model = OverlayModel()
+    other = OverlayDashboardWidget(model)
+    other.restore_state(state)
+    assert model.node() == NODE
+    assert other.hidden_columns() == ["tx"]
+    assert other.save_state() == state
+    other.shutdown()
+    model.shutdown()
+    other.deleteLater()
+    dashboard.set_column_visible("tx", True)
+    dashboard.peer_table.sortItems(COL["name"], 0)
+
+
+def test_screenshot(dashboard) -> None:
+    wait_for(lambda: dashboard.select_peer("robot1"), 15, "robot1 row to select")
+    wait_for(lambda: len(dashboard._model.history("robot1")) >= 3, 10, "three history samples")
+    dashboard._on_tick()
+    ARTIFACTS.mkdir(exist_ok=True)
+    path = ARTIFACTS / "dashboard.png"
+    assert dashboard.grab().save(str(path)), f"could not write {path}"
+    assert path.stat().st_size > 10_000
+    print(f"screenshot: {path}")
+
+
+def _subscribers(master_uri: str, topic: str) -> list:
+    state = xmlrpc.client.ServerProxy(master_uri).getSystemState("/test")[2]
+    return next((nodes for name, nodes in state[1] if name == topic), [])
+
+
+def test_standalone_window(xvfb, roscore, ros_env: Dict[str, str], fake_node, tmp_path: Path) -> None:
+    env = dict(ros_env, DISPLAY=xvfb, XDG_CONFIG_HOME=str(tmp_path))
+    env["PYTHONPATH"] = os.environ.get("PYTHONPATH", "")
+    proc = subprocess.Popen(["/usr/bin/python3", str(REPO / "scripts" / "dashboard"), "--node",
+                             "/robot9/overlay_manager"], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    try:
+        wait_for(lambda: proc.poll() is not None or any(
+            n.startswith("/overlay_dashboard") for n in _subscribers(roscore, "/robot9/overlay_manager/peers")),
+            30, "the standalone dashboard to subscribe to /robot9/overlay_manager/peers")
+        assert proc.poll() is None, proc.communicate()[0][-3000:]
+    finally:
+        stop_process(proc, sig=signal.SIGINT, timeout=15)
+    out = proc.communicate()[0] if proc.stdout and not proc.stdout.closed else ""
+    assert proc.returncode == 0, out[-3000:]
+    conf = tmp_path / "overlay_manager" / "dashboard.conf"
+    assert conf.is_file(), f"no QSettings file; output: {out[-2000:]}"
+    assert "node=/robot9/overlay_manager" in conf.read_text()
