@@ -1,0 +1,159 @@
+"""``lab``: command line of the campus lab (scripts/lab, ``rosrun overlay_manager lab``).
+
+    lab up SPEC [--run-id ID] [--workdir DIR] [--no-tailscaled] [--enrol]
+    lab status [--json]
+    lab exec HOST -- CMD...
+    lab block-udp BUILDING | lab unblock-udp BUILDING
+    lab cut BUILDING | lab uncut BUILDING
+    lab headscale stop|start
+    lab impair LINK [--delay MS] [--jitter MS] [--loss PCT] [--rate MBIT] | lab impair LINK --clear
+    lab ping HOST PEER
+    lab down [--run-id ID | --all]
+
+Every command prints what it does (with the namespace) to stderr. Exit codes: 0 ok, 1 a lab
+error (message on stderr), 2 usage error, otherwise the exit code of ``lab exec``'s command.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+from typing import Sequence
+
+from .core import Lab, down_all, leftover_runs, teardown_run
+from .errors import LabError
+from .spec import Impairment
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="lab", description="Campus lab: buildings behind NATs in network "
+                                "namespaces, Headscale and one tailscaled per host (root only).")
+    p.add_argument("--run-id", help="run to act on (default: the only run; for `up`: a new random id)")
+    sub = p.add_subparsers(dest="cmd", required=True)
+    up = sub.add_parser("up", help="build the lab from a spec (config/lab/*.yaml)")
+    up.add_argument("spec")
+    up.add_argument("--run-id", dest="run_id_up", help="1..8 of [a-z0-9] (default random)")
+    up.add_argument("--workdir", help="per-host files and logs (default /run/overlay-lab/<run>)")
+    up.add_argument("--no-tailscaled", action="store_true", help="do not start tailscaled on the hosts")
+    up.add_argument("--enrol", action="store_true", help="also enrol every host with `tailscale up`")
+    st = sub.add_parser("status", help="namespaces, NAT kinds, processes, tailscale states")
+    st.add_argument("--json", action="store_true")
+    ex = sub.add_parser("exec", help="run a command in a host's (router's, control's) namespace")
+    ex.add_argument("host")
+    ex.add_argument("argv", nargs=argparse.REMAINDER)
+    for name, text in (("block-udp", "drop all UDP at a building's router"),
+                       ("unblock-udp", "undo block-udp"),
+                       ("cut", "cut a building off the backbone"), ("uncut", "undo cut")):
+        sub.add_parser(name, help=text).add_argument("building")
+    hs = sub.add_parser("headscale", help="stop or start the control server")
+    hs.add_argument("action", choices=["stop", "start"])
+    im = sub.add_parser("impair", help="tc netem on a link (control, a building's uplink, a host's LAN link)")
+    im.add_argument("link")
+    im.add_argument("--delay", type=float, default=0.0, help="one-way delay, ms")
+    im.add_argument("--jitter", type=float, default=0.0, help="delay jitter, ms")
+    im.add_argument("--loss", type=float, default=0.0, help="loss per direction, percent")
+    im.add_argument("--rate", type=float, default=0.0, help="rate limit per direction, Mbit/s")
+    im.add_argument("--clear", action="store_true", help="remove the impairment")
+    pg = sub.add_parser("ping", help="tailscale ping from HOST to PEER; prints the path")
+    pg.add_argument("host")
+    pg.add_argument("peer")
+    dn = sub.add_parser("down", help="tear a run down (also after a crash)")
+    dn.add_argument("--all", action="store_true", help="every lab run and leftover on this machine")
+    return p
+
+
+def _print_status(s: dict) -> None:
+    print(f"run {s['run_id']} ({s['phase']}), workdir {s['workdir']}, headscale {s['server_url']}")
+    hs = s["processes"].get("headscale")
+    print(f"  control   {s['control']['namespace']:<24} {s['control']['address']:<15} headscale "
+          f"{'running pid %d' % hs['pid'] if hs and hs['alive'] else 'stopped'}")
+    for name, b in s["buildings"].items():
+        flags = [f for f in ("udp_blocked", "cut") if b.get(f)]
+        print(f"  building  {b['namespace']:<24} {b['public_address']:<15} {name}: NAT {b['nat']}, "
+              f"LAN {b['lan']}" + (f" [{', '.join(flags)}]" if flags else ""))
+    for name, h in s["hosts"].items():
+        ips = ", ".join(h.get("overlay_ips") or [])
+        print(f"  host      {h['namespace']:<24} {h['address']:<15} {name} in {h['building']}: "
+              f"{h.get('backend_state')}" + (f" {ips}" if ips else ""))
+    for link, imp in s["impair"].items():
+        print(f"  impair    {link}: {imp}")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point; returns the exit code."""
+    args = _parser().parse_args(argv)
+    try:
+        if args.cmd == "up":
+            if os.geteuid() != 0:
+                raise LabError("lab up needs root (network namespaces)")
+            lab = Lab(args.spec, run_id=args.run_id_up or args.run_id, workdir=args.workdir)
+            try:
+                lab.up(start_tailscaled=not args.no_tailscaled)
+                if args.enrol and not args.no_tailscaled:
+                    for h in lab.hosts:
+                        lab.tailscale_up(h)
+                    lab.wait_enrolled()
+            except BaseException:
+                lab.echo("up failed: tearing the run down")
+                lab.down()
+                raise
+            _print_status(lab.status())
+            print(f"tear down with: scripts/lab --run-id {lab.run_id} down")
+            return 0
+        if args.cmd == "down":
+            if args.all:
+                runs = down_all()
+                print(f"removed runs: {', '.join(runs) or 'none'}")
+                return 0
+            run_id = args.run_id
+            if run_id is None:
+                runs = leftover_runs()
+                if len(runs) != 1:
+                    raise LabError("no lab run found" if not runs else
+                                   f"several runs exist ({', '.join(runs)}): pass --run-id or --all")
+                run_id = runs[0]
+            errors = teardown_run(run_id)
+            if errors:
+                raise LabError("; ".join(errors))
+            print(f"removed run {run_id}")
+            return 0
+        lab = Lab.attach(args.run_id)
+        if args.cmd == "status":
+            s = lab.status()
+            if args.json:
+                print(json.dumps(s, indent=2))
+            else:
+                _print_status(s)
+        elif args.cmd == "exec":
+            argv_ = args.argv[1:] if args.argv[:1] == ["--"] else args.argv
+            if not argv_:
+                raise LabError("lab exec HOST -- CMD: no command given")
+            ns = lab.namespace(args.host)
+            lab.echo(f"({ns}) {' '.join(argv_)}")
+            env = lab.host_env(args.host) if args.host in lab.hosts else None
+            return subprocess.call(["ip", "netns", "exec", ns, *argv_], env=env)
+        elif args.cmd == "block-udp":
+            lab.block_udp(args.building)
+        elif args.cmd == "unblock-udp":
+            lab.unblock_udp(args.building)
+        elif args.cmd == "cut":
+            lab.cut(args.building)
+        elif args.cmd == "uncut":
+            lab.uncut(args.building)
+        elif args.cmd == "headscale":
+            lab.headscale_start() if args.action == "start" else lab.headscale_stop()
+        elif args.cmd == "impair":
+            imp = None if args.clear else Impairment(args.delay, args.jitter, args.loss, args.rate)
+            lab.impair(args.link, imp)
+        elif args.cmd == "ping":
+            r = lab.ping(args.host, args.peer)
+            print(f"{args.host} -> {args.peer}: {r.path} {r.via} {r.latency_ms:g} ms")
+            return 0 if r.path != "none" else 1
+        return 0
+    except LabError as exc:
+        print(f"lab: error: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130

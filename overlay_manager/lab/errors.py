@@ -1,0 +1,34 @@
+"""Typed errors of the campus lab; every message names what is wrong and where."""
+from __future__ import annotations
+
+
+class LabError(Exception):
+    """Base class: the lab could not do what was asked (message says what and where)."""
+
+
+class SpecError(LabError):
+    """A lab spec is invalid. The message names the file (or ``<dict>``) and the key path."""
+
+    def __init__(self, source: str, key: str, problem: str) -> None:
+        self.source = source
+        self.key = key
+        self.problem = problem
+        super().__init__(f"{source}: {key}: {problem}")
+
+
+class LabTimeout(LabError):
+    """A bounded wait ran out; the message says what was waited for and the last state seen."""
+
+
+class CommandError(LabError):
+    """A command run by the lab (in a namespace or on the host) failed."""
+
+    def __init__(self, where: str, argv: list[str], returncode: int, output: str) -> None:
+        self.where = where
+        self.argv = list(argv)
+        self.returncode = returncode
+        self.output = output
+        tail = output.strip().splitlines()[-5:]
+        super().__init__(
+            f"[{where}] {' '.join(argv)} exited {returncode}" + (": " + " | ".join(tail) if tail else "")
+        )

@@ -1,0 +1,390 @@
+"""Lab spec: a small YAML description of a campus, validated into frozen dataclasses.
+
+A spec names a control host (Headscale with embedded DERP and STUN), buildings (a LAN behind a
+router whose NAT behaviour is chosen by name) and the hosts in each building. Example::
+
+    name: two_buildings
+    control: {port: 8443, stun_port: 3478, base_domain: fleet.internal}
+    buildings:
+      b1: {nat: eim-adpf, hosts: [robot1]}
+      b2: {nat: eim-adpf, hosts: {laptop: {team: ops}}}
+    impair:
+      b2: {delay_ms: 10, jitter_ms: 1, loss_pct: 0.5, rate_mbit: 100}
+
+NAT kinds follow RFC 4787: ``<mapping>-<filtering>`` with mapping ``eim`` (endpoint-independent),
+``adm`` (address-dependent) or ``adpm`` (address-and-port-dependent) and filtering ``eif``, ``adf``
+or ``adpf``; a bare mapping (``eim``) means ``<mapping>-adpf`` (what Linux conntrack does by
+default). ``udp-blocked`` is ``eim-adpf`` that forwards no UDP except to the STUN server;
+``tcp-only`` forwards no UDP at all (tailscale can only use DERP over HTTPS).
+
+Every error is a :class:`SpecError` naming the file and the key path.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping, Union
+
+import yaml
+
+from .errors import SpecError
+
+MAPPINGS = ("eim", "adm", "adpm")
+"""RFC 4787 mapping behaviours: endpoint-independent, address-dependent, address-and-port-dependent."""
+FILTERINGS = ("eif", "adf", "adpf")
+"""RFC 4787 filtering behaviours: endpoint-independent, address-dependent, address-and-port-dependent."""
+UDP_POLICIES = ("open", "stun-only", "none")
+"""Which UDP a router forwards from its LAN: all, only to the STUN server, none."""
+
+NAME_RE = re.compile(r"^[a-z]([a-z0-9-]{0,22}[a-z0-9])?$")
+"""Building and host names: DNS labels of at most 24 characters (they become namespace names)."""
+RESERVED_NAMES = frozenset({"control", "backbone", "bb", "ctl"})
+ROLES = ("robot", "base_station", "operator")
+"""Fleet roles a lab host can have."""
+MAX_BUILDINGS = 200
+MAX_HOSTS_PER_BUILDING = 200
+
+
+@dataclass(frozen=True)
+class NatKind:
+    """One router's behaviour: RFC 4787 mapping and filtering plus a UDP forwarding policy."""
+
+    mapping: str
+    """``eim`` | ``adm`` | ``adpm`` (how the external port is chosen)."""
+    filtering: str
+    """``eif`` | ``adf`` | ``adpf`` (which inbound packets reach a mapped port)."""
+    udp: str = "open"
+    """``open`` | ``stun-only`` (udp-blocked) | ``none`` (tcp-only)."""
+
+    @property
+    def name(self) -> str:
+        """Canonical name: ``eim-adpf``, ``udp-blocked`` or ``tcp-only``."""
+        if self.udp == "stun-only":
+            return "udp-blocked"
+        if self.udp == "none":
+            return "tcp-only"
+        return f"{self.mapping}-{self.filtering}"
+
+
+def nat_kind_names() -> list[str]:
+    """Every accepted NAT kind name (canonical names and bare mappings)."""
+    names = [f"{m}-{f}" for m in MAPPINGS for f in FILTERINGS]
+    return names + list(MAPPINGS) + ["udp-blocked", "tcp-only"]
+
+
+def parse_nat_kind(text: str) -> NatKind:
+    """Parse a NAT kind name; raises ValueError listing the valid names."""
+    if text == "udp-blocked":
+        return NatKind("eim", "adpf", "stun-only")
+    if text == "tcp-only":
+        return NatKind("eim", "adpf", "none")
+    if text in MAPPINGS:
+        return NatKind(text, "adpf")
+    mapping, _, filtering = text.partition("-")
+    if mapping in MAPPINGS and filtering in FILTERINGS:
+        return NatKind(mapping, filtering)
+    raise ValueError(f"unknown NAT kind {text!r}; valid: {', '.join(nat_kind_names())}")
+
+
+@dataclass(frozen=True)
+class Impairment:
+    """tc netem settings for one link, applied to each direction (egress of both ends)."""
+
+    delay_ms: float = 0.0
+    """One-way added delay in milliseconds (RTT grows by twice this)."""
+    jitter_ms: float = 0.0
+    """Delay variation in milliseconds (needs delay_ms > 0)."""
+    loss_pct: float = 0.0
+    """Random packet loss per direction, percent (0..100)."""
+    rate_mbit: float = 0.0
+    """Rate limit per direction in Mbit/s (0 = unlimited)."""
+
+    @property
+    def empty(self) -> bool:
+        """True when nothing is impaired."""
+        return not (self.delay_ms or self.jitter_ms or self.loss_pct or self.rate_mbit)
+
+    def netem_args(self) -> list[str]:
+        """Arguments after ``tc qdisc replace dev X root netem``; [] when empty."""
+        args: list[str] = []
+        if self.delay_ms or self.jitter_ms:
+            args += ["delay", f"{self.delay_ms:g}ms"]
+            if self.jitter_ms:
+                args += [f"{self.jitter_ms:g}ms"]
+        if self.loss_pct:
+            args += ["loss", f"{self.loss_pct:g}%"]
+        if self.rate_mbit:
+            args += ["rate", f"{self.rate_mbit:g}mbit"]
+        return args
+
+
+@dataclass(frozen=True)
+class HostSpec:
+    """A machine in a building (robot, base station, operator laptop)."""
+
+    name: str
+    """Short name: namespace suffix, tailscale hostname and fleet host name."""
+    building: str
+    team: str = "lab"
+    """Fleet team the host belongs to (one ACL segment with its own ROS master)."""
+    role: str = "robot"
+    """Fleet role: ``robot`` | ``base_station`` | ``operator``."""
+
+
+@dataclass(frozen=True)
+class BuildingSpec:
+    """A LAN behind one router namespace."""
+
+    name: str
+    nat: NatKind
+    hosts: tuple[HostSpec, ...]
+
+
+@dataclass(frozen=True)
+class ControlSpec:
+    """The control host: Headscale with embedded DERP (HTTPS) and STUN."""
+
+    port: int = 8443
+    """TCP port of Headscale's HTTPS server (control protocol and DERP)."""
+    stun_port: int = 3478
+    """UDP port of the embedded STUN server."""
+    base_domain: str = "fleet.internal"
+    """MagicDNS base domain of the fleet."""
+
+
+@dataclass(frozen=True)
+class LabSpec:
+    """A validated lab description."""
+
+    name: str
+    control: ControlSpec
+    buildings: tuple[BuildingSpec, ...]
+    teams: Mapping[str, str] = field(default_factory=dict)
+    """Team name -> its master host (the host running roscore), for every team of the hosts."""
+    impair: Mapping[str, Impairment] = field(default_factory=dict)
+    """Initial impairments by link name (building = its uplink, ``control``, host = its LAN link)."""
+    source: str = "<dict>"
+    """Where the spec came from (file path or ``<dict>``), for messages."""
+
+    @property
+    def hosts(self) -> tuple[HostSpec, ...]:
+        """All hosts in building order."""
+        return tuple(h for b in self.buildings for h in b.hosts)
+
+    def host(self, name: str) -> HostSpec:
+        """The host called ``name``; KeyError if there is none."""
+        for h in self.hosts:
+            if h.name == name:
+                return h
+        raise KeyError(name)
+
+    def building(self, name: str) -> BuildingSpec:
+        """The building called ``name``; KeyError if there is none."""
+        for b in self.buildings:
+            if b.name == name:
+                return b
+        raise KeyError(name)
+
+    def link_names(self) -> list[str]:
+        """Links that can be impaired: ``control``, each building (uplink), each host (LAN link)."""
+        return ["control"] + [b.name for b in self.buildings] + [h.name for h in self.hosts]
+
+
+SpecInput = Union[str, Path, Mapping[str, Any], LabSpec]
+
+
+def _check_keys(source: str, key: str, value: Any, allowed: set[str]) -> Mapping[str, Any]:
+    if not isinstance(value, Mapping):
+        raise SpecError(source, key, f"expected a mapping, got {type(value).__name__}")
+    unknown = sorted(str(k) for k in value if k not in allowed)
+    if unknown:
+        raise SpecError(source, f"{key}.{unknown[0]}" if key else unknown[0],
+                        f"unknown key (allowed: {', '.join(sorted(allowed))})")
+    return value
+
+
+def _name(source: str, key: str, value: Any) -> str:
+    if not isinstance(value, str) or not NAME_RE.match(value):
+        raise SpecError(source, key, f"{value!r} is not a name: lowercase letters, digits and '-', "
+                        "starting with a letter, at most 24 characters")
+    if value in RESERVED_NAMES:
+        raise SpecError(source, key, f"{value!r} is reserved ({', '.join(sorted(RESERVED_NAMES))})")
+    return value
+
+
+def _number(source: str, key: str, value: Any, lo: float, hi: float) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise SpecError(source, key, f"expected a number, got {value!r}")
+    if not lo <= value <= hi:
+        raise SpecError(source, key, f"{value} is outside {lo:g}..{hi:g}")
+    return float(value)
+
+
+def _port(source: str, key: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 65535:
+        raise SpecError(source, key, f"expected a port number 1..65535, got {value!r}")
+    return value
+
+
+def parse_impairment(source: str, key: str, value: Any) -> Impairment:
+    """Validate one impairment mapping (keys delay_ms, jitter_ms, loss_pct, rate_mbit)."""
+    data = _check_keys(source, key, value, {"delay_ms", "jitter_ms", "loss_pct", "rate_mbit"})
+    imp = Impairment(
+        delay_ms=_number(source, f"{key}.delay_ms", data.get("delay_ms", 0), 0, 60000),
+        jitter_ms=_number(source, f"{key}.jitter_ms", data.get("jitter_ms", 0), 0, 60000),
+        loss_pct=_number(source, f"{key}.loss_pct", data.get("loss_pct", 0), 0, 100),
+        rate_mbit=_number(source, f"{key}.rate_mbit", data.get("rate_mbit", 0), 0, 100000),
+    )
+    if imp.jitter_ms and not imp.delay_ms:
+        raise SpecError(source, f"{key}.jitter_ms", "jitter needs delay_ms > 0")
+    return imp
+
+
+def _parse_hosts(source: str, key: str, value: Any, building: str) -> tuple[HostSpec, ...]:
+    items: list[tuple[str, Any]]
+    if isinstance(value, list):
+        items = [(v, {}) for v in value]
+        keys = [f"{key}[{i}]" for i in range(len(value))]
+    elif isinstance(value, Mapping):
+        items = [(k, v if v is not None else {}) for k, v in value.items()]
+        keys = [f"{key}.{k}" for k in value]
+    else:
+        raise SpecError(source, key, "expected a list of host names or a mapping name -> {team, role}")
+    if not 1 <= len(items) <= MAX_HOSTS_PER_BUILDING:
+        raise SpecError(source, key, f"a building needs 1..{MAX_HOSTS_PER_BUILDING} hosts")
+    hosts = []
+    for (name, body), hkey in zip(items, keys):
+        _name(source, hkey, name)
+        data = _check_keys(source, hkey, body, {"team", "role"})
+        team = data.get("team", "lab")
+        if not isinstance(team, str) or not NAME_RE.match(team):
+            raise SpecError(source, f"{hkey}.team", f"{team!r} is not a name")
+        role = data.get("role", "robot")
+        if role not in ROLES:
+            raise SpecError(source, f"{hkey}.role", f"{role!r} is not one of {', '.join(ROLES)}")
+        hosts.append(HostSpec(name=name, building=building, team=team, role=role))
+    return tuple(hosts)
+
+
+def parse_spec(data: Any, source: str = "<dict>", default_name: str = "lab") -> LabSpec:
+    """Validate a spec given as parsed YAML; ``source`` names it in errors."""
+    if data is None:
+        raise SpecError(source, "(top)", "empty spec")
+    top = _check_keys(source, "", data, {"name", "control", "buildings", "teams", "impair"})
+    name = top.get("name", default_name)
+    if not isinstance(name, str) or not name:
+        raise SpecError(source, "name", f"expected a non-empty string, got {name!r}")
+
+    ctl = _check_keys(source, "control", top.get("control") or {}, {"port", "stun_port", "base_domain"})
+    control = ControlSpec(
+        port=_port(source, "control.port", ctl.get("port", 8443)),
+        stun_port=_port(source, "control.stun_port", ctl.get("stun_port", 3478)),
+        base_domain=str(ctl.get("base_domain", "fleet.internal")),
+    )
+    if not re.match(r"^[a-z0-9]([a-z0-9-]*[a-z0-9])?(\.[a-z0-9]([a-z0-9-]*[a-z0-9])?)+$", control.base_domain):
+        raise SpecError(source, "control.base_domain", f"{control.base_domain!r} is not a DNS domain")
+
+    raw_buildings = top.get("buildings")
+    if not isinstance(raw_buildings, Mapping) or not raw_buildings:
+        raise SpecError(source, "buildings", "expected a non-empty mapping building name -> {nat, hosts}")
+    if len(raw_buildings) > MAX_BUILDINGS:
+        raise SpecError(source, "buildings", f"at most {MAX_BUILDINGS} buildings")
+    buildings = []
+    seen: dict[str, str] = {}
+    for bname, body in raw_buildings.items():
+        bkey = f"buildings.{bname}"
+        _name(source, bkey, bname)
+        b = _check_keys(source, bkey, body if body is not None else {}, {"nat", "hosts"})
+        if "nat" not in b:
+            raise SpecError(source, f"{bkey}.nat", "missing (e.g. eim-adpf)")
+        try:
+            nat = parse_nat_kind(str(b["nat"]))
+        except ValueError as exc:
+            raise SpecError(source, f"{bkey}.nat", str(exc)) from None
+        if "hosts" not in b:
+            raise SpecError(source, f"{bkey}.hosts", "missing (a list of host names)")
+        hosts = _parse_hosts(source, f"{bkey}.hosts", b["hosts"], bname)
+        for n, k in [(bname, bkey)] + [(h.name, f"{bkey}.hosts.{h.name}") for h in hosts]:
+            if n in seen:
+                raise SpecError(source, k, f"name {n!r} already used at {seen[n]} "
+                                "(building and host names share one namespace)")
+            seen[n] = k
+        buildings.append(BuildingSpec(name=bname, nat=nat, hosts=hosts))
+
+    spec = LabSpec(name=name, control=control, buildings=tuple(buildings), source=source)
+    teams = _parse_teams(source, top.get("teams") or {}, spec)
+    impair_raw = top.get("impair") or {}
+    if not isinstance(impair_raw, Mapping):
+        raise SpecError(source, "impair", "expected a mapping link name -> {delay_ms, jitter_ms, loss_pct, rate_mbit}")
+    links = spec.link_names()
+    impair: dict[str, Impairment] = {}
+    for link, body in impair_raw.items():
+        if link not in links:
+            raise SpecError(source, f"impair.{link}", f"unknown link (links: {', '.join(links)})")
+        impair[str(link)] = parse_impairment(source, f"impair.{link}", body)
+    return LabSpec(name=name, control=control, buildings=tuple(buildings), teams=teams, impair=impair,
+                   source=source)
+
+
+def _parse_teams(source: str, raw: Any, spec: LabSpec) -> dict[str, str]:
+    """Team -> master host; a team without an entry gets its first robot (else its first host)."""
+    if not isinstance(raw, Mapping):
+        raise SpecError(source, "teams", "expected a mapping team name -> {master: HOST}")
+    members: dict[str, list[HostSpec]] = {}
+    for h in spec.hosts:
+        members.setdefault(h.team, []).append(h)
+    teams: dict[str, str] = {}
+    for team, body in raw.items():
+        key = f"teams.{team}"
+        if team not in members:
+            raise SpecError(source, key, f"no host has team {team!r} (teams: {', '.join(members)})")
+        data = _check_keys(source, key, body if body is not None else {}, {"master"})
+        master = data.get("master")
+        if master is not None:
+            if not any(h.name == master for h in members[team]):
+                raise SpecError(source, f"{key}.master", f"{master!r} is not a host of team {team!r}")
+            teams[str(team)] = str(master)
+    for team, hosts in members.items():
+        if team not in teams:
+            robots = [h for h in hosts if h.role == "robot"]
+            teams[team] = (robots or hosts)[0].name
+    return teams
+
+
+def load_spec(spec: SpecInput) -> LabSpec:
+    """Load and validate a spec from a YAML file path, a parsed mapping, or pass a LabSpec through."""
+    if isinstance(spec, LabSpec):
+        return spec
+    if isinstance(spec, Mapping):
+        return parse_spec(spec)
+    path = Path(spec)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise SpecError(str(path), "(file)", f"cannot read: {exc.strerror}") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise SpecError(str(path), "(yaml)", f"not valid YAML: {exc}") from None
+    return parse_spec(data, source=str(path), default_name=path.stem)
+
+
+def spec_to_dict(spec: LabSpec) -> dict[str, Any]:
+    """A plain mapping that :func:`parse_spec` turns back into an equal spec (for state files)."""
+    def imp(i: Impairment) -> dict[str, float]:
+        return {k: v for k, v in (("delay_ms", i.delay_ms), ("jitter_ms", i.jitter_ms),
+                                  ("loss_pct", i.loss_pct), ("rate_mbit", i.rate_mbit)) if v}
+
+    return {
+        "name": spec.name,
+        "control": {"port": spec.control.port, "stun_port": spec.control.stun_port,
+                    "base_domain": spec.control.base_domain},
+        "buildings": {
+            b.name: {"nat": b.nat.name,
+                     "hosts": {h.name: {"team": h.team, "role": h.role} for h in b.hosts}}
+            for b in spec.buildings
+        },
+        "teams": {t: {"master": m} for t, m in spec.teams.items()},
+        "impair": {link: imp(i) for link, i in spec.impair.items()},
+    }
