@@ -30,7 +30,7 @@ class HistoryPlot(QWidget):
         self._title = ""
         self._now: Optional[float] = None
         self.setSizePolicy(QSizePolicy.Expanding, QSizePolicy.Expanding)
-        self.setMinimumHeight(140)
+        self.setMinimumHeight(110)
 
     def sizeHint(self) -> QSize:  # noqa: N802 (Qt override)
         """Preferred size."""

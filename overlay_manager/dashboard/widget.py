@@ -95,6 +95,17 @@ class OverlayDashboardWidget(QWidget):
         self.plot_layout.addWidget(self.plot)
         self._setup_table()
         self._setup_columns_menu()
+        # the peer table gets the room; the status panel keeps its natural height
+        for index, stretch in enumerate((0, 3, 2)):
+            self.main_splitter.setStretchFactor(index, stretch)
+        self.main_splitter.setSizes([self.self_group.sizeHint().height(), 300, 260])
+        self.peer_table.setMinimumHeight(110)
+        self.result_text.setMaximumHeight(6 * self.result_text.fontMetrics().height())
+        self.bottom_splitter.setStretchFactor(0, 3)
+        self.bottom_splitter.setStretchFactor(1, 2)
+        # long texts (NAT, health, ROS) may be cut in a narrow window; their tooltips keep all of it
+        for label in (self.nat_value, self.health_value, self.ros_value, self.self_value):
+            label.setMinimumWidth(1)
 
         q = Qt.QueuedConnection
         model.nodes_changed.connect(self._on_nodes, q)
@@ -134,6 +145,7 @@ class OverlayDashboardWidget(QWidget):
         hh.setContextMenuPolicy(Qt.CustomContextMenu)
         hh.customContextMenuRequested.connect(self._on_header_menu)
         t.sortItems(COL["name"], Qt.AscendingOrder)
+        t.verticalHeader().setDefaultSectionSize(t.fontMetrics().height() + 8)
         for key, width in (("name", 110), ("address", 120), ("online", 60), ("path", 90),
                            ("where", 170), ("latency", 80), ("rx", 95), ("tx", 95)):
             t.setColumnWidth(COL[key], width)
@@ -298,6 +310,7 @@ class OverlayDashboardWidget(QWidget):
                                              fmt.LEVEL_OK if msg.control_reachable else fmt.LEVEL_WARN))
         self.ros_value.setText(f"ROS_MASTER_URI={msg.ros_master_uri or '-'}  "
                                f"ROS_HOSTNAME={msg.ros_hostname or '-'}")
+        self.ros_value.setToolTip(self.ros_value.text())
         self.health_value.setText(_coloured("; ".join(msg.health), fmt.LEVEL_WARN)
                                   if msg.health else _coloured("no warnings", fmt.LEVEL_OK))
         self.health_value.setToolTip("\n".join(msg.health))
