@@ -2,4 +2,7 @@
 from catkin_pkg.python_setup import generate_distutils_setup
 from setuptools import setup
 
-setup(**generate_distutils_setup(packages=["overlay_manager"], package_dir={"": "."}))
+setup(**generate_distutils_setup(
+    packages=["overlay_manager", "overlay_manager.fleet", "overlay_manager.lab", "overlay_manager.dashboard"],
+    package_dir={"": "."},
+))

@@ -232,6 +232,9 @@ def enrol(
 ) -> None:
     """Log tailscaled in with `tailscale up` and a pre-auth key read from a file.
 
+    Tags are not advertised: a tagged pre-auth key gives the node its tags, and Headscale 0.29
+    rejects a registration that combines a pre-auth key with --advertise-tags.
+
     Raises:
         EnrolError: with the CLI's error text, the key redacted should it ever appear.
     """
@@ -246,7 +249,6 @@ def enrol(
         f"--auth-key=file:{request.auth_key_file}",
         f"--hostname={request.hostname}",
         f"--accept-dns={'true' if request.accept_dns else 'false'}",
-        f"--advertise-tags={','.join(request.tags)}",
         f"--timeout={int(request.timeout_s)}s",
     ]
     try:

@@ -1,0 +1,112 @@
+"""OverlayMonitor against a fake tailscaled: services logic, diagnostics, hosts, errors."""
+import math
+import os
+import shutil
+
+from overlay_manager.config import apply_overrides, load_robot_config
+from overlay_manager.monitor import ERROR, OK, WARN, OverlayMonitor
+from overlay_manager.tailscale import LocalAPI
+
+ROOT = os.path.join(os.path.dirname(__file__), "..", "..")
+EXAMPLE = os.path.join(ROOT, "config", "robot.example.yaml")
+
+
+def _monitor(fake, tmp_path, **node):
+    cfg = load_robot_config(EXAMPLE)
+    hosts = tmp_path / "hosts"
+    hosts.write_text("127.0.0.1 localhost\n")
+    cfg = apply_overrides(cfg, dict(hosts_file=str(hosts), **node), "test")
+    return OverlayMonitor(cfg, LocalAPI(fake.socket_path), env={"ROS_HOSTNAME": "robota.fleet.internal"})
+
+
+def _peer(fake):
+    return next(iter(fake.status["Peer"].values()))
+
+
+def test_poll_changes_and_services(fake_tailscaled, tmp_path):
+    m = _monitor(fake_tailscaled, tmp_path)
+    ev = m.poll()
+    assert [(e.peer.name, e.old_path, e.new_path) for e in ev] == [("robotb", "", "direct")]
+    assert m.poll() == []
+    _peer(fake_tailscaled)["CurAddr"] = ""
+    assert [(e.old_path, e.new_path) for e in m.poll()] == [("direct", "derp")]
+    assert [p.name for p in m.list_peers(path="derp")] == ["robotb"]
+    assert m.list_peers(path="direct") == [] and m.list_peers(tag="tag:none") == []
+    assert m.find("100.64.0.2").name == "robotb"
+    m.close()
+
+
+def test_ping_records_latency_and_unknown_peer(fake_tailscaled, tmp_path):
+    m = _monitor(fake_tailscaled, tmp_path)
+    m.poll()
+    out = m.ping("robotb", 2, 1.0)
+    assert out.ok and out.received == 2 and out.path == "direct" and out.latency_mean_ms > 0
+    m.poll()
+    assert not math.isnan(m.find("robotb").latency_ms)
+    bad = m.ping("ghost")
+    assert not bad.ok and "unknown peer" in bad.message
+    fake_tailscaled.ping = {"Err": "timeout", "IP": "100.64.0.2"}
+    timeout = m.ping("robotb", 1, 0.5)
+    assert not timeout.ok and "no answer" in timeout.message
+    m.close()
+
+
+def test_wait_for_peer_direct_and_timeout(fake_tailscaled, tmp_path):
+    m = _monitor(fake_tailscaled, tmp_path)
+    m.poll()
+    ok, peer, waited, msg = m.wait_for_peer("robotb", 2.0, True)
+    assert ok and peer.name == "robotb" and waited < 2.0
+    fake_tailscaled.ping = dict(fake_tailscaled.ping, Endpoint="", DERPRegionID=999, DERPRegionCode="lab")
+    ok, _, waited, msg = m.wait_for_peer("robotb", 0.6, True)
+    assert not ok and "not direct" in msg and waited >= 0.6
+    ok, _, _, msg = m.wait_for_peer("ghost", 0.3, False)
+    assert not ok and "ghost" in msg
+    m.close()
+
+
+def test_diagnostics_levels(fake_tailscaled, tmp_path):
+    m = _monitor(fake_tailscaled, tmp_path)
+    m.poll()
+    d = {x.name: x for x in m.diagnostics()}
+    assert d["overlay"].level == OK and d["peer robotb"].level == OK
+    _peer(fake_tailscaled)["CurAddr"] = ""
+    fake_tailscaled.status["Self"]["Online"] = False
+    m.poll()
+    d = {x.name: x for x in m.diagnostics()}
+    assert d["overlay"].level == WARN and "control server unreachable" in d["overlay"].message
+    assert d["peer robotb"].level == WARN and "relayed" in d["peer robotb"].message
+    _peer(fake_tailscaled)["Online"] = False
+    m.poll()
+    assert {x.name: x for x in m.diagnostics()}["peer robotb"].level == ERROR
+    m.close()
+
+
+def test_tailscaled_gone_is_error_and_peers_go_offline(fake_tailscaled, tmp_path):
+    m = _monitor(fake_tailscaled, tmp_path)
+    m.poll()
+    m.api.socket_path = str(tmp_path / "gone.sock")
+    ev = m.poll()
+    assert [(e.old_path, e.new_path) for e in ev] == [("direct", "offline")]
+    (diag,) = m.diagnostics()
+    assert diag.level == ERROR and "tailscaled" in diag.message
+    m.close()
+
+
+def test_manage_hosts_writes_block(fake_tailscaled, tmp_path):
+    m = _monitor(fake_tailscaled, tmp_path, manage_hosts=True)
+    m.poll()
+    text = (tmp_path / "hosts").read_text()
+    assert text.startswith("127.0.0.1 localhost\n")
+    assert "100.64.0.2 robotb.fleet.internal robotb" in text and "100.64.0.1 robota.fleet.internal robota" in text
+    m.close()
+
+
+def test_measure_link_unknown_peer_is_clean_failure(fake_tailscaled, tmp_path):
+    m = _monitor(fake_tailscaled, tmp_path)
+    m.poll()
+    ok, _, _, msg = m.measure_link("ghost", 1, 1)
+    assert not ok and "unknown peer" in msg
+    if shutil.which("iperf3"):
+        ok, _, _, msg = m.measure_link("robotb", 1, 1)  # 100.64.0.2 is not reachable here
+        assert not ok and msg
+    m.close()

@@ -1,0 +1,39 @@
+"""ROS env in overlay names, and the overlay_env command."""
+import os
+import subprocess
+
+from overlay_manager.config import load_robot_config
+from overlay_manager.ros_env import compute_env, main
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+EXAMPLE = os.path.join(ROOT, "config", "robot.example.yaml")
+
+
+def test_compute_env_from_config_and_from_tailscaled_name():
+    cfg = load_robot_config(EXAMPLE)
+    env = compute_env(cfg)
+    assert env.ros_hostname == "robot1.fleet.internal"
+    assert env.ros_master_uri == "http://robot1.fleet.internal:11311"
+    assert compute_env(cfg, "robot1-1.fleet.internal.").ros_hostname == "robot1-1.fleet.internal"
+    assert env.shell() == ("export ROS_HOSTNAME=robot1.fleet.internal\n"
+                           "export ROS_MASTER_URI=http://robot1.fleet.internal:11311\nunset ROS_IP\n")
+
+
+def test_main_prints_exports(capsys):
+    assert main(["--config", EXAMPLE]) == 0
+    out = capsys.readouterr().out
+    assert "export ROS_MASTER_URI=http://robot1.fleet.internal:11311" in out
+
+
+def test_missing_config_is_exit_2_with_hint(capsys, tmp_path):
+    assert main(["--config", str(tmp_path / "none.yaml")]) == 2
+    err = capsys.readouterr().err
+    assert "none.yaml" in err and "does not exist" in err and "--config" in err
+
+
+def test_script_runs_directly_and_evals_in_a_shell():
+    out = subprocess.run(
+        ["bash", "-c", f'eval "$(/usr/bin/python3 {ROOT}/scripts/overlay_env --config {EXAMPLE})" '
+                       '&& echo "$ROS_HOSTNAME $ROS_MASTER_URI ${ROS_IP-unset}"'],
+        capture_output=True, text=True, env={"PATH": "/usr/bin:/bin", "ROS_IP": "10.0.0.1"}, check=True)
+    assert out.stdout.strip() == "robot1.fleet.internal http://robot1.fleet.internal:11311 unset"
