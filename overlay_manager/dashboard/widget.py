@@ -98,7 +98,7 @@ class OverlayDashboardWidget(QWidget):
         # the peer table gets the room; the status panel keeps its natural height
         for index, stretch in enumerate((0, 3, 2)):
             self.main_splitter.setStretchFactor(index, stretch)
-        self.main_splitter.setSizes([self.self_group.sizeHint().height(), 300, 260])
+        self.main_splitter.setSizes([self.self_group.sizeHint().height(), 220, 320])
         self.peer_table.setMinimumHeight(110)
         self.result_text.setMaximumHeight(6 * self.result_text.fontMetrics().height())
         self.bottom_splitter.setStretchFactor(0, 3)

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Dict, Iterator
 
 import pytest
-from conftest import ARTIFACTS, REPO, send_command, stop_process, wait_for
+from dashboard_harness import ARTIFACTS, REPO, send_command, stop_process, wait_for
 
 from overlay_manager.dashboard import format as fmt
 
