@@ -5,4 +5,5 @@ from setuptools import setup
 setup(**generate_distutils_setup(
     packages=["overlay_manager", "overlay_manager.fleet", "overlay_manager.lab", "overlay_manager.dashboard"],
     package_dir={"": "."},
+    package_data={"overlay_manager.dashboard": ["resource/*.ui"]},
 ))

@@ -8,7 +8,8 @@ the config as a ~private parameter of the same name (overrides the file). Then:
 - disco-ping watched peers every node.ping_interval seconds; netcheck every netcheck_interval;
 - serve ~list_peers ~get_peer ~ping_peer ~wait_for_peer ~measure_link ~get_ros_env ~preflight;
 - optionally serve iperf3 on the overlay address and keep a managed block in the hosts file.
-Exit codes: 2 bad config, 3 enrolment failed, 0 normal shutdown.
+Exit codes: 2 bad config, 3 enrolment failed (bad key, other login server), 0 normal shutdown.
+A tailscaled that is not running yet is waited for (reported on /diagnostics), not fatal.
 """
 
 from __future__ import annotations
@@ -47,7 +48,7 @@ from .enrolment import ensure_enrolled
 from .links import iperf_server_argv
 from .monitor import OverlayMonitor
 from .peers import PeerState
-from .tailscale import LocalAPI, TailscaleError
+from .tailscale import EnrolError, LocalAPI, TailscaleError
 
 
 def _time(posix_s: float) -> rospy.Time:
@@ -130,7 +131,7 @@ class OverlayNode:
             self._last_peers = peers_key
             pl = PeerList()
             pl.header.stamp = now
-            pl.self = peer_msg(snap.self_peer if snap else None)
+            pl.self_peer = peer_msg(snap.self_peer if snap else None)
             pl.peers = [peer_msg(p) for p in snap.peers] if snap else []
             self.pub_peers.publish(pl)
         st = self.status_msg()
@@ -308,12 +309,26 @@ def main() -> None:
         rospy.logfatal("overlay_manager: bad config: %s", exc)
         sys.exit(2)
     api = LocalAPI(cfg.tailscale.socket)
-    try:
-        result = ensure_enrolled(api, cfg)
-        rospy.loginfo("overlay_manager: %s", result.message)
-    except TailscaleError as exc:
-        rospy.logfatal("overlay_manager: %s", exc)
-        sys.exit(3)
     monitor = OverlayMonitor(cfg, api)
     OverlayNode(monitor)
+    threading.Thread(target=_enrol_loop, args=(api, cfg), name="overlay-enrol", daemon=True).start()
     rospy.spin()
+
+
+def _enrol_loop(api: LocalAPI, cfg: Any) -> None:
+    """Enrol once tailscaled answers; a missing daemon is retried, a bad key/config is fatal."""
+    reported = ""
+    while not rospy.is_shutdown():
+        try:
+            result = ensure_enrolled(api, cfg)
+            rospy.loginfo("overlay_manager: %s", result.message)
+            return
+        except EnrolError as exc:
+            rospy.logfatal("overlay_manager: enrolment failed: %s", exc)
+            rospy.signal_shutdown("enrolment failed")
+            os._exit(3)
+        except TailscaleError as exc:
+            if str(exc) != reported:
+                rospy.logerr("overlay_manager: %s (retrying every 2 s)", exc)
+                reported = str(exc)
+            rospy.sleep(2.0)

@@ -87,8 +87,7 @@ class FakeOverlayNode:
                 peer.rx_bytes += int(rx * dt)
                 peer.tx_bytes += int(tx * dt)
             msg = PeerList(header=rospy.Header(stamp=now), peers=[self.peers[n] for n in sorted(self.peers)])
-            # genpy renames the field "self" to "self_" in Python (it would clash with the method argument)
-            msg.self_ = Peer(name="laptop1", dns_name="laptop1.fleet.internal", addresses=["100.64.0.1"],
+            msg.self_peer = Peer(name="laptop1", dns_name="laptop1.fleet.internal", addresses=["100.64.0.1"],
                             online=True, path=Peer.PATH_SELF)
             self.peers_pub.publish(msg)
 

@@ -1,6 +1,6 @@
 """The dashboard widget under Xvfb against a real roscore and a real (fake-data) overlay node.
 
-    bash scripts/build && source .build/ws/devel/setup.bash
+    source "$(bash scripts/build)/devel/setup.bash"
     /usr/bin/python3 -m pytest test/gui -v
 
 Checks: the node is discovered, the peer table fills, a path change recolours the row and lands in
