@@ -30,36 +30,42 @@ from .spec import Impairment
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="lab", description="Campus lab: buildings behind NATs in network "
                                 "namespaces, Headscale and one tailscaled per host (root only).")
-    p.add_argument("--run-id", help="run to act on (default: the only run; for `up`: a new random id)")
+    run_help = "run to act on (default: the only run); for `up`: 1..8 of [a-z0-9], default random"
+    p.add_argument("--run-id", help=run_help)
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--run-id", default=argparse.SUPPRESS, help=run_help)
     sub = p.add_subparsers(dest="cmd", required=True)
-    up = sub.add_parser("up", help="build the lab from a spec (config/lab/*.yaml)")
+
+    def command(name: str, text: str) -> argparse.ArgumentParser:
+        return sub.add_parser(name, help=text, parents=[common])
+
+    up = command("up", "build the lab from a spec (config/lab/*.yaml)")
     up.add_argument("spec")
-    up.add_argument("--run-id", dest="run_id_up", help="1..8 of [a-z0-9] (default random)")
     up.add_argument("--workdir", help="per-host files and logs (default /run/overlay-lab/<run>)")
     up.add_argument("--no-tailscaled", action="store_true", help="do not start tailscaled on the hosts")
     up.add_argument("--enrol", action="store_true", help="also enrol every host with `tailscale up`")
-    st = sub.add_parser("status", help="namespaces, NAT kinds, processes, tailscale states")
+    st = command("status", "namespaces, NAT kinds, processes, tailscale states")
     st.add_argument("--json", action="store_true")
-    ex = sub.add_parser("exec", help="run a command in a host's (router's, control's) namespace")
+    ex = command("exec", "run a command in a host's (router's, control's) namespace")
     ex.add_argument("host")
     ex.add_argument("argv", nargs=argparse.REMAINDER)
     for name, text in (("block-udp", "drop all UDP at a building's router"),
                        ("unblock-udp", "undo block-udp"),
                        ("cut", "cut a building off the backbone"), ("uncut", "undo cut")):
-        sub.add_parser(name, help=text).add_argument("building")
-    hs = sub.add_parser("headscale", help="stop or start the control server")
+        command(name, text).add_argument("building")
+    hs = command("headscale", "stop or start the control server")
     hs.add_argument("action", choices=["stop", "start"])
-    im = sub.add_parser("impair", help="tc netem on a link (control, a building's uplink, a host's LAN link)")
+    im = command("impair", "tc netem on a link (control, a building's uplink, a host's LAN link)")
     im.add_argument("link")
     im.add_argument("--delay", type=float, default=0.0, help="one-way delay, ms")
     im.add_argument("--jitter", type=float, default=0.0, help="delay jitter, ms")
     im.add_argument("--loss", type=float, default=0.0, help="loss per direction, percent")
     im.add_argument("--rate", type=float, default=0.0, help="rate limit per direction, Mbit/s")
     im.add_argument("--clear", action="store_true", help="remove the impairment")
-    pg = sub.add_parser("ping", help="tailscale ping from HOST to PEER; prints the path")
+    pg = command("ping", "tailscale ping from HOST to PEER; prints the path")
     pg.add_argument("host")
     pg.add_argument("peer")
-    dn = sub.add_parser("down", help="tear a run down (also after a crash)")
+    dn = command("down", "tear a run down (also after a crash)")
     dn.add_argument("--all", action="store_true", help="every lab run and leftover on this machine")
     return p
 
@@ -88,7 +94,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.cmd == "up":
             if os.geteuid() != 0:
                 raise LabError("lab up needs root (network namespaces)")
-            lab = Lab(args.spec, run_id=args.run_id_up or args.run_id, workdir=args.workdir)
+            lab = Lab(args.spec, run_id=args.run_id, workdir=args.workdir)
             try:
                 lab.up(start_tailscaled=not args.no_tailscaled)
                 if args.enrol and not args.no_tailscaled:

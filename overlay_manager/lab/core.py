@@ -238,6 +238,9 @@ class Lab:
                 raise LabError(f"several lab runs exist ({', '.join(runs)}): pass --run-id")
             run_id = runs[0]
         path = RUN_ROOT / check_run_id(run_id) / "state.json"
+        if not path.exists():
+            raise LabError(f"no lab run {run_id} ({path} does not exist; runs: "
+                           f"{', '.join(list_runs()) or 'none'})")
         try:
             state = json.loads(path.read_text())
             spec = parse_spec(state["spec"], source=state.get("spec_source", str(path)))

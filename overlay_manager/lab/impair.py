@@ -41,9 +41,9 @@ def loss_ruleset(ifname: str, loss_pct: float) -> str:
              f"delete chain {IMPAIR_TABLE} {chain}"]
     if loss_pct > 0:
         threshold = round(loss_pct / 100 * LOSS_SCALE)
+        match = f"numgen random mod {LOSS_SCALE} < {threshold} " if threshold < LOSS_SCALE else ""
         lines += [f"add chain {IMPAIR_TABLE} {chain} {{ type filter hook ingress device \"{ifname}\" priority 0; }}",
-                  f"add rule {IMPAIR_TABLE} {chain} numgen random mod {LOSS_SCALE} < {threshold} drop "
-                  f"comment \"lab impair loss {loss_pct:g}%\""]
+                  f"add rule {IMPAIR_TABLE} {chain} {match}drop comment \"lab impair loss {loss_pct:g}%\""]
     return "\n".join(lines) + "\n"
 
 

@@ -1,0 +1,103 @@
+"""Shared fixtures for system tests that run in the campus lab (root + built binaries).
+
+Fixtures
+--------
+``lab_factory`` (session)
+    ``make(spec, run_id=None, enrol=False, start_tailscaled=True) -> Lab``: brings a lab up
+    (workdir under pytest's tmp dir, so logs survive the run) and tears every lab it made down at
+    the end of the session, whatever happened. ``spec``: a path, a mapping or a LabSpec.
+``two_buildings_lab`` (session)
+    config/lab/two_buildings.yaml up, tailscaled running on robot1 (b1) and laptop (b2), not
+    enrolled (the node enrols them through robot.launch).
+``lab_required`` (function)
+    skips the test, saying what is missing, when the lab cannot run here.
+``host_network_snapshot`` (function)
+    ``take() -> dict`` of the host's /etc/resolv.conf, /etc/hosts, ``ip route``, ``ip -6 route``,
+    ``ip rule`` and ``nft list ruleset``, for before/after comparisons.
+
+Every test using these is skipped, with the reason, when not root or a binary is missing
+(``require_lab()``); CI runs as root with the binaries, so there they run.
+"""
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+from overlay_manager.lab import Lab, missing_prerequisites  # noqa: E402
+
+TWO_BUILDINGS = REPO / "config" / "lab" / "two_buildings.yaml"
+
+
+def require_lab() -> None:
+    """Skip the calling test (or fixture) when the lab cannot run here, saying why."""
+    missing = missing_prerequisites()
+    if missing:
+        pytest.skip("campus lab unavailable: missing " + "; ".join(missing))
+
+
+@pytest.fixture
+def lab_required() -> None:
+    """Skip the test (with the reason) when the lab cannot run here."""
+    require_lab()
+
+
+@pytest.fixture(scope="session")
+def lab_factory(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[..., Lab]]:
+    """``make(spec, run_id=None, enrol=False, start_tailscaled=True) -> Lab`` (see module doc)."""
+    labs: list[Lab] = []
+
+    def make(spec: Any, run_id: str | None = None, enrol: bool = False,
+             start_tailscaled: bool = True) -> Lab:
+        require_lab()
+        lab = Lab(spec, run_id=run_id, workdir=tmp_path_factory.mktemp("lab"))
+        labs.append(lab)
+        lab.up(start_tailscaled=start_tailscaled)
+        if enrol:
+            for h in lab.hosts:
+                lab.tailscale_up(h)
+            lab.wait_enrolled(timeout=60)
+        return lab
+
+    yield make
+    errors = []
+    for lab in reversed(labs):
+        try:
+            lab.down()
+        except Exception as exc:  # noqa: BLE001 - tear down the others, report at the end
+            errors.append(str(exc))
+    if errors:
+        raise RuntimeError("lab teardown problems: " + "; ".join(errors))
+
+
+@pytest.fixture(scope="session")
+def two_buildings_lab(lab_factory: Callable[..., Lab]) -> Lab:
+    """config/lab/two_buildings.yaml: robot1 in b1, laptop in b2, tailscaled up, not enrolled."""
+    return lab_factory(TWO_BUILDINGS)
+
+
+def _snapshot() -> dict[str, bytes]:
+    out = {}
+    for f in ("/etc/resolv.conf", "/etc/hosts"):
+        try:
+            out[f] = Path(f).read_bytes()
+        except OSError as exc:
+            out[f] = f"unreadable: {exc}".encode()
+    for argv in (["ip", "route", "show", "table", "all"], ["ip", "-6", "route", "show", "table", "all"],
+                 ["ip", "rule"], ["nft", "list", "ruleset"], ["ip", "-br", "link"]):
+        res = subprocess.run(argv, capture_output=True, check=False, timeout=30)
+        out[" ".join(argv)] = res.stdout + res.stderr
+    return out
+
+
+@pytest.fixture
+def host_network_snapshot() -> Callable[[], dict[str, bytes]]:
+    """``take()``: the host's resolver files, routes, rules, links and nft ruleset (bytes)."""
+    return _snapshot
