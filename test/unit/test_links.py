@@ -17,7 +17,8 @@ def test_iperf_error_mentions_server_param():
 
 
 def test_ping_summary():
-    out = "5 packets transmitted, 5 received, 0% packet loss, time 804ms\nrtt min/avg/max/mdev = 0.512/0.845/1.302/0.270 ms\n"
+    out = ("5 packets transmitted, 5 received, 0% packet loss, time 804ms\n"
+           "rtt min/avg/max/mdev = 0.512/0.845/1.302/0.270 ms\n")
     assert L.parse_ping(out) == (0.512, 0.845, 1.302)
     with pytest.raises(L.LinkError, match="no replies"):
         L.parse_ping("5 packets transmitted, 0 received, 100% packet loss")

@@ -7,7 +7,6 @@ import tempfile
 import threading
 from http.server import BaseHTTPRequestHandler
 
-
 DATA = os.path.join(os.path.dirname(__file__), "..", "data")
 
 
