@@ -98,9 +98,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             try:
                 lab.up(start_tailscaled=not args.no_tailscaled)
                 if args.enrol and not args.no_tailscaled:
-                    for h in lab.hosts:
-                        lab.tailscale_up(h)
-                    lab.wait_enrolled()
+                    lab.tailscale_up_all()
             except BaseException:
                 lab.echo("up failed: tearing the run down")
                 lab.down()

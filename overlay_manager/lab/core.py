@@ -565,6 +565,34 @@ class Lab:
                          f"--hostname={host}", "--accept-dns=false", f"--timeout={int(timeout)}s"],
                   timeout=timeout + 10)
 
+    def tailscale_up_all(self, hosts: Sequence[str] | None = None, timeout: float = 30.0) -> None:
+        """Enrol several hosts at once (``tailscale up`` in parallel), then wait until they see
+        their peers. LabError names every host that failed."""
+        hosts = list(hosts or self.hosts)
+        procs = {}
+        for h in hosts:
+            argv = [str(self.tailscale_cli()), f"--socket={self.socket_path(h)}", "up",
+                    f"--login-server={self.server_url}", f"--auth-key=file:{self.auth_key_path(h)}",
+                    f"--hostname={h}", "--accept-dns=false", f"--timeout={int(timeout)}s"]
+            procs[h] = system.spawn(argv, self.names.host_ns(h), echo=self.echo, env=self.host_env(h),
+                                    stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        failed = []
+        deadline = time.monotonic() + timeout + 10
+        for h, proc in procs.items():
+            try:
+                out, _ = proc.communicate(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                system.kill_group(proc.pid)
+                out, _ = proc.communicate()
+                failed.append(f"{h}: tailscale up did not finish within {timeout + 10:g} s")
+                continue
+            if proc.returncode != 0:
+                failed.append(f"{h}: tailscale up exited {proc.returncode}: "
+                              f"{out.decode(errors='replace').strip()[-300:]}")
+        if failed:
+            raise LabError("enrolment failed: " + "; ".join(failed))
+        self.wait_enrolled(hosts, timeout=timeout)
+
     def overlay_ip(self, host: str) -> str:
         """The host's overlay IPv4 address (100.x), LabError when not enrolled."""
         for ip in self.tailscale_status(host).get("TailscaleIPs") or []:

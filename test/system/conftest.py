@@ -61,9 +61,7 @@ def lab_factory(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[.
         labs.append(lab)
         lab.up(start_tailscaled=start_tailscaled)
         if enrol:
-            for h in lab.hosts:
-                lab.tailscale_up(h)
-            lab.wait_enrolled(timeout=60)
+            lab.tailscale_up_all(timeout=60)
         return lab
 
     yield make
