@@ -34,11 +34,17 @@ class RosEnv:
     ros_master_uri: str   # http://<master FQDN>:<port>
     ros_hostname: str     # this machine's FQDN
 
+    @property
+    def short_name(self) -> str:
+        """This machine's short name (robot.launch puts its node under /<short name>/)."""
+        return self.ros_hostname.split(".", 1)[0]
+
     def shell(self) -> str:
         """Lines for eval in sh/bash/zsh (and systemd EnvironmentFile after stripping 'export ')."""
         return (f"export ROS_HOSTNAME={shlex.quote(self.ros_hostname)}\n"
                 f"export ROS_MASTER_URI={shlex.quote(self.ros_master_uri)}\n"
-                "unset ROS_IP\n")
+                "unset ROS_IP\n"
+                f"export OVERLAY_MANAGER_HOST={shlex.quote(self.short_name)}\n")
 
 
 def compute_env(cfg: RobotConfig, self_dns_name: str = "") -> RosEnv:
@@ -78,6 +84,30 @@ def _err(msg: str) -> None:
     print(f"overlay_env: {msg}", file=sys.stderr)
 
 
+def _enrol_and_write_hosts(cfg: RobotConfig, enrol: bool, write_hosts: bool, quiet: bool = False) -> str:
+    """Enrol if asked, write the hosts block if asked; returns this machine's overlay name."""
+    from .enrolment import ensure_enrolled
+    from .hosts import HostsError, entries_for, update_hosts_file
+    from .peers import parse_status
+    from .tailscale import LocalAPI, TailscaleError
+    api = LocalAPI(cfg.tailscale.socket)
+    if enrol:
+        result = ensure_enrolled(api, cfg)
+        if not quiet:
+            print(f"overlay_env: {result.message}", file=sys.stderr)
+    snap = parse_status(api.status())
+    if write_hosts:
+        machines = list(snap.peers) + ([snap.self_peer] if snap.self_peer else [])
+        try:
+            changed = update_hosts_file(cfg.node.hosts_file, entries_for(machines))
+        except HostsError as exc:
+            raise TailscaleError(str(exc)) from None
+        if changed or not quiet:
+            print(f"overlay_env: {cfg.node.hosts_file}: overlay names of {len(machines)} machines",
+                  file=sys.stderr)
+    return snap.self_peer.dns_name if snap.self_peer else ""
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     """overlay_env command line; exit 0 ok, 1 runtime failure, 2 bad config/usage."""
     ap = argparse.ArgumentParser(
@@ -108,36 +138,27 @@ def main(argv: Optional[List[str]] = None) -> int:
         return 0
     self_dns = ""
     if args.enrol or args.write_hosts:
-        from .enrolment import ensure_enrolled
-        from .hosts import HostsError, entries_for, update_hosts_file
-        from .peers import parse_status
-        from .tailscale import LocalAPI, TailscaleError
-        api = LocalAPI(cfg.tailscale.socket)
+        from .tailscale import TailscaleError
         try:
-            if args.enrol:
-                result = ensure_enrolled(api, cfg)
-                print(f"overlay_env: {result.message}", file=sys.stderr)
-            snap = parse_status(api.status())
-            if snap.self_peer:
-                self_dns = snap.self_peer.dns_name
-            if args.write_hosts:
-                peers = list(snap.peers) + ([snap.self_peer] if snap.self_peer else [])
-                update_hosts_file(cfg.node.hosts_file, entries_for(peers))
-                print(f"overlay_env: wrote {len(peers)} overlay names to {cfg.node.hosts_file}",
-                      file=sys.stderr)
-        except (TailscaleError, HostsError) as exc:
+            self_dns = _enrol_and_write_hosts(cfg, args.enrol, args.write_hosts)
+        except (TailscaleError, OSError) as exc:
             _err(str(exc))
             return 1
     env = compute_env(cfg, self_dns)
     if args.wait_master > 0:
         host = cfg.master_fqdn
         deadline = time.monotonic() + args.wait_master
-        while not tcp_answers(host, cfg.master_port, 1.0):
+        while not (resolve(host) and tcp_answers(host, cfg.master_port, 1.0)):
             if time.monotonic() > deadline:
                 _err(f"ROS master {host}:{cfg.master_port} did not answer within {args.wait_master:.0f} s "
                      f"(resolves to {resolve(host) or 'nothing'}); is roscore running there and is "
                      f"the overlay up?")
                 return 1
             time.sleep(0.5)
+            if args.write_hosts:  # the master may enrol after us: refresh the names
+                try:
+                    _enrol_and_write_hosts(cfg, False, True, quiet=True)
+                except Exception as exc:  # noqa: BLE001 - keep waiting; report at the deadline
+                    _err(f"refreshing {cfg.node.hosts_file}: {exc}")
     sys.stdout.write(env.shell())
     return 0

@@ -16,7 +16,8 @@ def test_compute_env_from_config_and_from_tailscaled_name():
     assert env.ros_master_uri == "http://robot1.fleet.internal:11311"
     assert compute_env(cfg, "robot1-1.fleet.internal.").ros_hostname == "robot1-1.fleet.internal"
     assert env.shell() == ("export ROS_HOSTNAME=robot1.fleet.internal\n"
-                           "export ROS_MASTER_URI=http://robot1.fleet.internal:11311\nunset ROS_IP\n")
+                           "export ROS_MASTER_URI=http://robot1.fleet.internal:11311\nunset ROS_IP\n"
+                           "export OVERLAY_MANAGER_HOST=robot1\n")
 
 
 def test_main_prints_exports(capsys):

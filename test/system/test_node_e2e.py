@@ -1,0 +1,124 @@
+"""End to end: the real node via robot.launch on two lab hosts in two buildings behind NATs.
+
+robot1 (building b1, runs roscore) and laptop (building b2) each run tailscaled in their own
+namespace, enrolled by the node's own tools against the lab's real headscale. Checks: each node's
+~peers lists the other with its overlay name and addresses; the path reported is the path a
+disco ping proves (direct: both NATs are endpoint-independent); services answer; the managed
+/etc/hosts block is written without touching other lines; a ROS topic flows across buildings
+using the overlay names from overlay_env.
+"""
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+
+from overlay_manager.lab import robots
+
+ROBOT, LAPTOP = "robot1", "laptop"
+N_ROBOT, N_LAPTOP = f"/{ROBOT}/overlay_manager", f"/{LAPTOP}/overlay_manager"
+
+
+@pytest.fixture(scope="module")
+def fleet_up(two_buildings_lab):
+    """robot.launch on robot1 (master) and laptop; stopped by pid at the end."""
+    lab = two_buildings_lab
+    procs = [robots.start_robot(lab, ROBOT, master=True)]
+    try:
+        robots.peers(lab, ROBOT, timeout=90, node=N_ROBOT)
+        procs.append(robots.start_robot(lab, LAPTOP, master=False))
+        robots.peers(lab, LAPTOP, min_peers=1, timeout=120, node=N_LAPTOP)
+        yield lab
+    except Exception:
+        for h in (ROBOT, LAPTOP):
+            log = Path(lab.host_dir(h)) / "robot.launch.log"
+            if log.exists():
+                print(f"---- {h} robot.launch.log (tail)\n" + "\n".join(log.read_text().splitlines()[-40:]))
+        raise
+    finally:
+        for p in reversed(procs):
+            robots.stop(lab, p)
+
+
+def test_each_node_lists_the_other_with_overlay_name(fleet_up):
+    lab = fleet_up
+    for host, other, node in ((ROBOT, LAPTOP, N_ROBOT), (LAPTOP, ROBOT, N_LAPTOP)):
+        msg = robots.peers(lab, host, min_peers=1, node=node)
+        assert msg["self_peer"]["dns_name"] == f"{host}.fleet.internal"
+        names = {p["name"]: p for p in msg["peers"]}
+        assert other in names, f"{host} does not list {other}: {json.dumps(msg)[:800]}"
+        peer = names[other]
+        assert peer["dns_name"] == f"{other}.fleet.internal"
+        assert peer["online"] and peer["addresses"][0] == lab.overlay_ip(other)
+
+
+def test_reported_path_is_the_proved_path(fleet_up):
+    lab = fleet_up
+    ping = robots.call(lab, LAPTOP, f"{N_LAPTOP}/ping_peer", "overlay_manager/PingPeer",
+                       name=ROBOT, count=3, timeout=5.0)
+    assert ping["ok"], ping["message"]
+    # both buildings are endpoint-independent NATs: tailscale hole-punches a direct path
+    deadline = time.monotonic() + 30
+    while ping["path"] != "direct" and time.monotonic() < deadline:
+        ping = robots.call(lab, LAPTOP, f"{N_LAPTOP}/ping_peer", "overlay_manager/PingPeer",
+                           name=ROBOT, count=1, timeout=5.0)
+    assert ping["path"] == "direct", f"disco ping path {ping}"
+    proved = lab.ping(LAPTOP, ROBOT)  # `tailscale ping` (the CLI), independent of the node
+    msg = robots.peers(lab, LAPTOP, min_peers=1, node=N_LAPTOP,
+                       where=f"[p for p in m['peers'] if p['name']=='{ROBOT}' and p['path']=='direct']")
+    peer = next(p for p in msg["peers"] if p["name"] == ROBOT)
+    assert peer["path"] == "direct" and peer["endpoint"], peer
+    assert proved.path == "direct", proved.output
+    assert peer["latency_ms"] is not None and peer["latency_ms"] > 0
+
+
+def test_services_answer(fleet_up):
+    lab = fleet_up
+    got = robots.call(lab, LAPTOP, f"{N_LAPTOP}/get_peer", "overlay_manager/GetPeer", name=lab.overlay_ip(ROBOT))
+    assert got["found"] and got["peer"]["name"] == ROBOT
+    miss = robots.call(lab, LAPTOP, f"{N_LAPTOP}/get_peer", "overlay_manager/GetPeer", name="ghost")
+    assert not miss["found"] and "ghost" in miss["message"]
+    listed = robots.call(lab, LAPTOP, f"{N_LAPTOP}/list_peers", "overlay_manager/ListPeers",
+                         online_only=True, tag="", path="")
+    assert [p["name"] for p in listed["peers"]] == [ROBOT]
+    env = robots.call(lab, LAPTOP, f"{N_LAPTOP}/get_ros_env", "overlay_manager/GetRosEnv")
+    assert env["ok"] and env["ros_hostname"] == "laptop.fleet.internal"
+    assert env["ros_master_uri"] == "http://robot1.fleet.internal:11311"
+    wait = robots.call(lab, LAPTOP, f"{N_LAPTOP}/wait_for_peer", "overlay_manager/WaitForPeer",
+                       name=ROBOT, timeout=20.0, require_direct=True)
+    assert wait["ok"], wait["message"]
+    bad = robots.call(lab, LAPTOP, f"{N_LAPTOP}/ping_peer", "overlay_manager/PingPeer", name="ghost", count=1,
+                      timeout=1.0)
+    assert not bad["ok"] and "unknown peer" in bad["message"]
+    link = robots.call(lab, LAPTOP, f"{N_LAPTOP}/measure_link", "overlay_manager/MeasureLink", timeout=90,
+                       peer=ROBOT, duration=2.0, udp_bitrate=20.0)
+    assert link["ok"], link["message"]
+    assert link["tcp_throughput_mbps"] > 1 and link["rtt_mean_ms"] > 0 and link["path"] == "direct"
+    print(f"measure_link laptop->robot1 direct: {link}")
+    pre = robots.call(lab, LAPTOP, f"{N_LAPTOP}/preflight", "overlay_manager/Preflight")
+    assert pre["ok"], pre["checks"]
+
+
+def test_hosts_block_keeps_other_lines(fleet_up):
+    lab = fleet_up
+    text = lab.exec(LAPTOP, ["cat", "/etc/hosts"], quiet=True).stdout
+    assert "# BEGIN overlay_manager" in text
+    assert f"{lab.overlay_ip(ROBOT)} robot1.fleet.internal robot1" in text
+    before_block = text.split("# BEGIN overlay_manager")[0]
+    assert "localhost" in before_block  # what the lab put there first is still there
+
+
+def test_topic_flows_across_buildings(fleet_up):
+    lab = fleet_up
+    pub = lab.popen(ROBOT, ["bash", "-c",
+                            f'eval "$(rosrun overlay_manager overlay_env --config {lab.robot_yaml(ROBOT)})" && '
+                            "exec rostopic pub -r 20 /e2e_chatter std_msgs/String 'data: hello'"],
+                    env=robots.ros_env(lab, ROBOT), log=Path(lab.host_dir(ROBOT)) / "chatter.log")
+    try:
+        rate = robots.run_probe(lab, LAPTOP, ["rate", "/e2e_chatter", "std_msgs/String", "--seconds", "3",
+                                              "--timeout", "60"], timeout=90)
+        assert rate["rate_hz"] > 15, rate
+    finally:
+        robots.stop(lab, pub)
