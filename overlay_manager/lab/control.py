@@ -4,7 +4,7 @@ project's own fleet code (overlay_manager.fleet), so the lab and a real deployme
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 from .errors import LabError
 from .naming import Names
@@ -80,15 +80,17 @@ def open_control(outdir: Path, headscale: Path) -> Any:
         raise LabError(f"cannot reopen the lab's headscale deployment in {outdir}: {exc}") from None
 
 
-def write_host_bundle(dep: Any, fleet: Any, host: str, outdir: Path, socket: Path, cli: Path) -> Path:
+def write_host_bundle(dep: Any, fleet: Any, host: str, outdir: Path, socket: Path, cli: Path,
+                      overrides: Mapping[str, Any] | None = None) -> Path:
     """The fleet bundle (robot.yaml, auth.key, ca.crt) for one lab host, in ``outdir``.
 
     robot.yaml's ``tailscale.socket`` is the host's own tailscaled socket and ``tailscale.cli``
-    the given CLI binary.
+    the given CLI binary; ``overrides`` adds other robot.yaml content (sections are merged).
     """
     config, _, bundle = _fleet_modules()
+    merged: dict[str, Any] = {k: dict(v) if isinstance(v, Mapping) else v for k, v in (overrides or {}).items()}
+    merged.setdefault("tailscale", {}).update({"socket": str(socket), "cli": str(cli)})
     try:
-        return Path(bundle.write_bundle(dep, fleet, host, outdir,
-                                        overrides={"tailscale": {"socket": str(socket), "cli": str(cli)}}))
+        return Path(bundle.write_bundle(dep, fleet, host, outdir, overrides=merged))
     except config.FleetError as exc:
         raise LabError(f"cannot write the fleet bundle of lab host {host} into {outdir}: {exc}") from None

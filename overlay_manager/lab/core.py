@@ -120,13 +120,16 @@ class Lab:
             deployment go. Default: /run/overlay-lab/<run>/ (removed by down()); a given workdir
             is kept at down() (logs stay for inspection).
         echo: receives one line per action (default: print to stderr with a ``[lab]`` prefix).
+        robot_overrides: extra robot.yaml content for every host's bundle, e.g.
+            ``{"node": {"manage_hosts": True}}`` (``tailscale.socket``/``cli`` are always the lab's).
 
     Use as a context manager (``with Lab(spec) as lab:``): up() on enter, down() always on exit.
     """
 
     def __init__(self, spec: SpecInput, run_id: str | None = None, workdir: str | Path | None = None,
-                 echo: Echo | None = None) -> None:
+                 echo: Echo | None = None, robot_overrides: Mapping[str, Any] | None = None) -> None:
         self.spec: LabSpec = load_spec(spec)
+        self.robot_overrides = dict(robot_overrides or {})
         self.run_id = check_run_id(run_id) if run_id is not None else new_run_id()
         self.names = Names(self.spec, self.run_id)
         self.run_dir = RUN_ROOT / self.run_id
@@ -492,7 +495,8 @@ class Lab:
 
         def ready() -> bool:
             if proc.poll() is not None:
-                raise LabError(f"headscale exited with {proc.returncode}; see {self.control_dir / 'headscale.log'}")
+                log = self.control_dir / "headscale.log"
+                raise LabError(f"headscale exited with {proc.returncode}; {log} ends: {_tail(log)}")
             return system.tcp_connect(ns, self.names.control_address, port, 1.0) and dep.cli().health()
 
         wait_for(f"headscale to listen on {self.names.control_address}:{port} in {ns}", ready, timeout,
@@ -508,7 +512,7 @@ class Lab:
             d.mkdir(parents=True, exist_ok=True)
             self.echo(f"fleet bundle for {h} -> {d}")
             control.write_host_bundle(self.deployment(), self.fleet(), h, d, self.socket_path(h),
-                                      self.tailscale_cli())
+                                      self.tailscale_cli(), self.robot_overrides)
             wrapper = d / "bin" / "tailscale"
             wrapper.parent.mkdir(exist_ok=True)
             wrapper.write_text(f'#!/bin/sh\n# tailscale CLI bound to lab host {h}\'s tailscaled\n'
@@ -550,8 +554,8 @@ class Lab:
 
         def ready() -> bool:
             if proc is not None and proc.poll() is not None:
-                raise LabError(f"tailscaled of {host} exited with {proc.returncode}; "
-                               f"see {self.host_dir(host) / 'tailscaled.log'}")
+                log = self.host_dir(host) / "tailscaled.log"
+                raise LabError(f"tailscaled of {host} exited with {proc.returncode}; {log} ends: {_tail(log)}")
             return bool(self.tailscale_status(host).get("BackendState"))
 
         wait_for(f"tailscaled of {host} to answer on {self.socket_path(host)}", ready, timeout,

@@ -46,8 +46,9 @@ def wait_for(what: str, check: Callable[[], T | None], timeout: float, interval:
              detail: Callable[[], str] | None = None) -> T:
     """Poll ``check`` until it returns a truthy value; LabTimeout naming ``what`` otherwise.
 
-    ``timeout`` and ``interval`` are seconds. Exceptions from ``check`` count as "not yet" and the
-    last one is reported on timeout; ``detail`` adds the last state seen to the message.
+    ``timeout`` and ``interval`` are seconds. A LabError from ``check`` is final (e.g. "the daemon
+    exited") and propagates at once; other exceptions count as "not yet" and the last one is
+    reported on timeout; ``detail`` adds the last state seen to the message.
     """
     deadline = time.monotonic() + timeout
     last_exc: BaseException | None = None
@@ -56,7 +57,7 @@ def wait_for(what: str, check: Callable[[], T | None], timeout: float, interval:
             result = check()
             if result:
                 return result
-        except LabTimeout:
+        except LabError:
             raise
         except Exception as exc:  # noqa: BLE001 - reported below if the wait times out
             last_exc = exc

@@ -3,7 +3,8 @@
 Fixtures
 --------
 ``lab_factory`` (session)
-    ``make(spec, run_id=None, enrol=False, start_tailscaled=True) -> Lab``: brings a lab up
+    ``make(spec, run_id=None, enrol=False, start_tailscaled=True, **lab_kw) -> Lab`` (lab_kw go
+    to Lab, e.g. robot_overrides): brings a lab up
     (workdir under pytest's tmp dir, so logs survive the run) and tears every lab it made down at
     the end of the session, whatever happened. ``spec``: a path, a mapping or a LabSpec.
 ``two_buildings_lab`` (session)
@@ -51,13 +52,13 @@ def lab_required() -> None:
 
 @pytest.fixture(scope="session")
 def lab_factory(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[..., Lab]]:
-    """``make(spec, run_id=None, enrol=False, start_tailscaled=True) -> Lab`` (see module doc)."""
+    """``make(spec, run_id=None, enrol=False, start_tailscaled=True, **lab_kw) -> Lab`` (see module doc)."""
     labs: list[Lab] = []
 
     def make(spec: Any, run_id: str | None = None, enrol: bool = False,
-             start_tailscaled: bool = True) -> Lab:
+             start_tailscaled: bool = True, **lab_kw: Any) -> Lab:
         require_lab()
-        lab = Lab(spec, run_id=run_id, workdir=tmp_path_factory.mktemp("lab"))
+        lab = Lab(spec, run_id=run_id, workdir=tmp_path_factory.mktemp("lab"), **lab_kw)
         labs.append(lab)
         lab.up(start_tailscaled=start_tailscaled)
         if enrol:

@@ -43,7 +43,7 @@ LISTEN_PORT = 7411
 def lab(lab_factory: Callable[..., Lab]) -> Lab:
     """Three buildings (eim, eim, adpm), four hosts, all enrolled with `tailscale up`."""
     t0 = time.monotonic()
-    lab = lab_factory(PATHS_SPEC, enrol=True)
+    lab = lab_factory(PATHS_SPEC, enrol=True, robot_overrides={"node": {"manage_hosts": True}})
     print(f"paths lab up and enrolled in {time.monotonic() - t0:.1f} s")
     return lab
 
@@ -181,6 +181,7 @@ def test_exec_sees_own_etc_files_and_tailscale_wrapper(lab: Lab) -> None:
     assert ip == lab.overlay_ip("robot1")
     robot_yaml = lab.robot_yaml("robot1").read_text()
     assert str(lab.socket_path("robot1")) in robot_yaml
+    assert "manage_hosts: true" in robot_yaml
     assert (lab.auth_key_path("robot1").stat().st_mode & 0o777) == 0o600
 
 
