@@ -20,7 +20,7 @@ import subprocess
 import sys
 import threading
 from dataclasses import replace
-from typing import Any, Dict, Optional
+from typing import Any, Dict, List, Optional
 
 import rospy
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
@@ -311,11 +311,13 @@ def main() -> None:
     api = LocalAPI(cfg.tailscale.socket)
     monitor = OverlayMonitor(cfg, api)
     OverlayNode(monitor)
-    threading.Thread(target=_enrol_loop, args=(api, cfg), name="overlay-enrol", daemon=True).start()
+    exit_code: List[int] = [0]
+    threading.Thread(target=_enrol_loop, args=(api, cfg, exit_code), name="overlay-enrol", daemon=True).start()
     rospy.spin()
+    sys.exit(exit_code[0])
 
 
-def _enrol_loop(api: LocalAPI, cfg: Any) -> None:
+def _enrol_loop(api: LocalAPI, cfg: Any, exit_code: List[int]) -> None:
     """Enrol once tailscaled answers; a missing daemon is retried, a bad key/config is fatal."""
     reported = ""
     while not rospy.is_shutdown():
@@ -325,8 +327,9 @@ def _enrol_loop(api: LocalAPI, cfg: Any) -> None:
             return
         except EnrolError as exc:
             rospy.logfatal("overlay_manager: enrolment failed: %s", exc)
+            exit_code[0] = 3
             rospy.signal_shutdown("enrolment failed")
-            os._exit(3)
+            return
         except TailscaleError as exc:
             if str(exc) != reported:
                 rospy.logerr("overlay_manager: %s (retrying every 2 s)", exc)

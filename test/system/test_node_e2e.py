@@ -122,3 +122,23 @@ def test_topic_flows_across_buildings(fleet_up):
         assert rate["rate_hz"] > 15, rate
     finally:
         robots.stop(lab, pub)
+
+
+def test_restart_does_not_re_enrol_and_secrets_stay_out_of_logs(fleet_up):
+    lab = fleet_up
+    before = lab.tailscale_status(LAPTOP)["Self"]
+    proc = robots.start_robot(lab, LAPTOP, master=False)  # a second start of the same machine's node
+    try:
+        msg = robots.peers(lab, LAPTOP, min_peers=1, node=N_LAPTOP, timeout=90)
+        assert msg["self_peer"]["dns_name"] == "laptop.fleet.internal"
+    finally:
+        robots.stop(lab, proc)
+    after = lab.tailscale_status(LAPTOP)["Self"]
+    assert (after["ID"], after["DNSName"]) == (before["ID"], before["DNSName"])
+    log = (Path(lab.host_dir(LAPTOP)) / "robot.launch.log").read_text()
+    assert "already enrolled" in log
+    secret = Path(lab.auth_key_path(LAPTOP)).read_text().strip()
+    assert len(secret) > 10
+    for host in (ROBOT, LAPTOP):
+        for f in Path(lab.host_dir(host)).rglob("*.log"):
+            assert secret not in f.read_text(errors="replace"), f"auth key leaked into {f}"
