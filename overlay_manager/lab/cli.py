@@ -9,6 +9,7 @@
     lab impair LINK [--delay MS] [--jitter MS] [--loss PCT] [--rate MBIT] | lab impair LINK --clear
     lab ping HOST PEER
     lab down [--run-id ID | --all]
+    lab nat-matrix [--out DIR] [--count N] [--parallel N] [--keep]   (own run; see matrix.py)
 
 Every command prints what it does (with the namespace) to stderr. Exit codes: 0 ok, 1 a lab
 error (message on stderr), 2 usage error, otherwise the exit code of ``lab exec``'s command.
@@ -67,6 +68,8 @@ def _parser() -> argparse.ArgumentParser:
     pg.add_argument("peer")
     dn = command("down", "tear a run down (also after a crash)")
     dn.add_argument("--all", action="store_true", help="every lab run and leftover on this machine")
+    from .matrix import add_arguments as matrix_arguments
+    matrix_arguments(command("nat-matrix", "tailscale path for every pair of NAT kinds (own run, a few minutes)"))
     return p
 
 
@@ -106,6 +109,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             _print_status(lab.status())
             print(f"tear down with: scripts/lab --run-id {lab.run_id} down")
             return 0
+        if args.cmd == "nat-matrix":
+            from .matrix import main_from_args
+            return main_from_args(args)
         if args.cmd == "down":
             if args.all:
                 runs = down_all()

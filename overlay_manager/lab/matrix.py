@@ -1,0 +1,254 @@
+"""``lab nat-matrix``: tailscale's path (direct or DERP) for every pair of NAT kinds, measured.
+
+One lab run holds every NAT kind twice (buildings ``<kind>-a`` and ``<kind>-b``, one host each:
+``h-<kind>-a``, ``h-<kind>-b``), all hosts robots of one fleet team, so every host sees every
+other. For each cell of the upper triangle (diagonal = two different buildings of the same kind)
+one ``tailscale ping`` (Lab.ping, ``--until-direct``) decides the path; pings of disjoint host
+pairs run in parallel. The expected outcome beside it comes from :func:`expected`, RFC 4787
+reasoning spelled out below. Writes ``artifacts/nat_matrix.md`` and ``artifacts/nat_matrix.json``.
+
+Not part of CI: about 3 to 5 minutes (22 tailscaled, 66 pings, most DERP pings take the CLI's
+full 10 x 1 s). Run as root::
+
+    scripts/lab nat-matrix [--out artifacts] [--count 10] [--parallel 6] [--keep]
+
+How the expectation is derived (A and B two hosts behind NATs; each knows the other's endpoint
+as the STUN server saw it, ``E_B = IP_B:p_B``; both send disco pings to those endpoints at the
+same time; one packet getting through is enough, because the receiver answers to the packet's
+source through a mapping the sender's own NAT has just created):
+
+A's packet to ``E_B`` reaches B when B's NAT accepts new inbound packets from ``IP_A:a`` at ``p_B``
+(``a`` = whatever port A's NAT picked towards B):
+
+* B filters endpoint-independently (``eif``): yes, ``p_B`` exists (B's STUN traffic created it).
+* B filters address-dependently (``adf``): only if B has sent to ``IP_A`` *from* ``p_B``, i.e.
+  B's mapping is endpoint-independent (``eim``). With ``adm``/``adpm`` B's packets to A leave from
+  another port, so ``p_B`` has only contacted the STUN server.
+* B filters address-and-port-dependently (``adpf``): only if B has sent from ``p_B`` to exactly
+  ``IP_A:a``; B sends to ``E_A = IP_A:p_A``, so both mappings must be endpoint-independent
+  (``p_B`` is B's port towards A, and ``a = p_A``).
+
+direct = (A->B gets through) or (B->A gets through); ``udp-blocked`` and ``tcp-only`` have no UDP
+path to the peer at all, so DERP. Consequence worth noting: endpoint-independent mapping with
+address-dependent filtering is enough against *any* mapping (the peer's port does not matter to
+``adf``), which is stricter-looking than "ADPM needs EIF on the other side" but follows from RFC
+4787's definitions. tailscale v1.102 has no port prediction for hard NATs (it only adds
+``public-ip:41641`` as a guess when netcheck says the mapping varies by destination, and netcheck
+cannot tell with a single STUN server), so nothing beyond this reasoning is expected to help.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any, Sequence
+
+from .core import REPO_ROOT, Lab, PingResult
+from .errors import LabError
+from .spec import FILTERINGS, MAPPINGS, NatKind, parse_nat_kind
+
+KINDS: tuple[str, ...] = tuple(f"{m}-{f}" for m in MAPPINGS for f in FILTERINGS) + ("udp-blocked", "tcp-only")
+"""Every NAT kind of the matrix, in table order."""
+TEAM = "matrix"
+
+NOTES: dict[tuple[str, str], str] = {}
+"""Explanations of measured disagreements, keyed by (row kind, column kind); filled from runs."""
+
+
+def building(kind: str, copy: int) -> str:
+    """Building name of copy 0 or 1 of a NAT kind."""
+    return f"{kind}-{'ab'[copy]}"
+
+
+def host(kind: str, copy: int) -> str:
+    """The one host in that building."""
+    return f"h-{building(kind, copy)}"
+
+
+def matrix_spec() -> dict[str, Any]:
+    """The lab spec: two buildings per NAT kind, one robot each, all in one team."""
+    buildings = {building(k, c): {"nat": k, "hosts": {host(k, c): {"team": TEAM, "role": "robot"}}}
+                 for k in KINDS for c in (0, 1)}
+    return {"name": "nat_matrix", "buildings": buildings, "teams": {TEAM: {"master": host(KINDS[0], 0)}}}
+
+
+def _gets_through(src: NatKind, dst: NatKind) -> bool:
+    """Does a hole-punching packet from behind ``src`` reach the host behind ``dst``?"""
+    if dst.filtering == "eif":
+        return True
+    if dst.filtering == "adf":
+        return dst.mapping == "eim"
+    return dst.mapping == "eim" and src.mapping == "eim"
+
+
+def expected(a: str, b: str) -> tuple[str, str]:
+    """Expected path between hosts behind NAT kinds ``a`` and ``b``, and the one-line reason."""
+    ka, kb = parse_nat_kind(a), parse_nat_kind(b)
+    for k, name in ((ka, a), (kb, b)):
+        if k.udp != "open":
+            return "derp", f"{name}: no UDP to the peer"
+    ab, ba = _gets_through(ka, kb), _gets_through(kb, ka)
+    if ab or ba:
+        who = " and ".join(w for w, ok in ((f"{a}->{b}", ab), (f"{b}->{a}", ba)) if ok)
+        return "direct", f"first packet gets in: {who}"
+    return "derp", "neither side's first packet passes the other NAT's filter"
+
+
+def cells() -> list[tuple[str, str, str, str]]:
+    """(row kind, column kind, host A, host B) for the upper triangle incl. the diagonal.
+
+    Off-diagonal cells alternate between the two copies of each kind so that more pings can
+    run at once (the copies are identical)."""
+    out = []
+    for i, a in enumerate(KINDS):
+        for j, b in enumerate(KINDS):
+            if j < i:
+                continue
+            if i == j:
+                out.append((a, b, host(a, 0), host(b, 1)))
+            else:
+                c = (i + j) % 2
+                out.append((a, b, host(a, c), host(b, 1 - c)))
+    return out
+
+
+def run_cells(lab: Lab, todo: Sequence[tuple[str, str, str, str]], count: int, parallel: int,
+              log: Any = print) -> list[dict[str, Any]]:
+    """Ping every cell, never two pings on one host at once; returns one record per cell."""
+    lock = threading.Condition()
+    busy: set[str] = set()
+    results: list[dict[str, Any]] = []
+
+    def one(cell: tuple[str, str, str, str]) -> None:
+        a, b, ha, hb = cell
+        with lock:
+            while ha in busy or hb in busy:
+                lock.wait(1.0)
+            busy.update((ha, hb))
+        try:
+            exp, why = expected(a, b)
+            t0 = time.monotonic()
+            attempts = []
+            r: PingResult = lab.ping(ha, hb, count=count, timeout=count * 4 + 20)
+            attempts.append(r.path)
+            if r.path != exp and r.path != "direct":
+                # one more try: a slow hole punch must not be reported as derp
+                r = lab.ping(ha, hb, count=count, timeout=count * 4 + 20)
+                attempts.append(r.path)
+            rec = {"a": a, "b": b, "host_a": ha, "host_b": hb, "expected": exp, "reason": why,
+                   "observed": r.path, "via": r.via, "latency_ms": r.latency_ms, "attempts": attempts,
+                   "seconds": round(time.monotonic() - t0, 1), "output": r.output.strip()[-600:]}
+            log(f"[nat-matrix] {a} x {b}: expected {exp}, observed {r.path} {r.via} "
+                f"({rec['seconds']} s, attempts {attempts})")
+        finally:
+            with lock:
+                busy.difference_update((ha, hb))
+                lock.notify_all()
+        with lock:
+            results.append(rec)
+
+    with ThreadPoolExecutor(max_workers=max(1, parallel)) as pool:
+        for f in [pool.submit(one, c) for c in todo]:
+            f.result()
+    order = {(a, b): n for n, (a, b, _, _) in enumerate(todo)}
+    return sorted(results, key=lambda r: order[(r["a"], r["b"])])
+
+
+def render_markdown(results: Sequence[dict[str, Any]], meta: dict[str, Any]) -> str:
+    """The matrix (observed / expected per cell) and the list of cells with notes."""
+    by = {(r["a"], r["b"]): r for r in results}
+
+    def mark(r: dict[str, Any]) -> str:
+        obs, exp = r["observed"], r["expected"]
+        return f"**{obs}**" if obs == exp else f"**{obs}** (exp. {exp}) ⚠"
+
+    lines = [
+        "# NAT matrix: tailscale path between two hosts behind NAT kinds (RFC 4787)",
+        "",
+        f"Measured {meta['date']} with tailscale {meta['tailscale']}, headscale {meta['headscale']}; "
+        f"one `tailscale ping --until-direct --c={meta['count']}` per cell (a second one when the first "
+        f"was not direct and direct was expected); run time {meta['seconds']:.0f} s "
+        f"(lab up + enrolment {meta['setup_seconds']:.0f} s). "
+        f"Cells: observed path, expected in brackets when different. {meta['agree']}/{meta['cells']} agree.",
+        "",
+        "| | " + " | ".join(KINDS) + " |",
+        "|---|" + "---|" * len(KINDS),
+    ]
+    for i, a in enumerate(KINDS):
+        row = [f"**{a}**"]
+        for j, b in enumerate(KINDS):
+            row.append(mark(by[(a, b)]) if j >= i and (a, b) in by else "")
+        lines.append("| " + " | ".join(row) + " |")
+    lines += ["", "## Every cell", "",
+              "| A | B | expected | observed | via | why expected | note |", "|---|---|---|---|---|---|---|"]
+    for r in results:
+        note = r.get("note", "")
+        lines.append(f"| {r['a']} | {r['b']} | {r['expected']} | {r['observed']} | {r['via']} | "
+                     f"{r['reason']} | {note} |")
+    lines += ["", "Kinds: `<mapping>-<filtering>`, mapping eim/adm/adpm = endpoint-independent / "
+              "address-dependent / address-and-port-dependent, filtering eif/adf/adpf likewise; "
+              "`udp-blocked` = eim-adpf with no UDP except to STUN, `tcp-only` = no UDP at all. "
+              "How they are built: docs/lab.md; the reasoning: overlay_manager/lab/matrix.py.", ""]
+    return "\n".join(lines)
+
+
+def _version(lab: Lab, binary: str) -> str:
+    import subprocess
+    try:
+        out = subprocess.run([str(lab.tailscale_cli().parent / binary), "version"], capture_output=True,
+                             text=True, timeout=10).stdout
+        return out.split()[0] if out.split() else "?"
+    except (OSError, subprocess.SubprocessError):
+        return "?"
+
+
+def run(out_dir: Path, count: int = 10, parallel: int = 6, run_id: str | None = None,
+        keep: bool = False) -> dict[str, Any]:
+    """Build the matrix lab, measure every cell, write the markdown and JSON; returns the data."""
+    t0 = time.monotonic()
+    lab = Lab(matrix_spec(), run_id=run_id)
+    try:
+        lab.up()
+        lab.tailscale_up_all(timeout=90)
+        setup_s = time.monotonic() - t0
+        results = run_cells(lab, cells(), count, parallel)
+        for r in results:
+            if r["observed"] != r["expected"]:
+                r["note"] = NOTES.get((r["a"], r["b"]), "not explained yet: see the ping output in the JSON")
+        meta = {"date": time.strftime("%Y-%m-%d %H:%M"), "tailscale": _version(lab, "tailscale"),
+                "headscale": _version(lab, "headscale"), "count": count, "parallel": parallel,
+                "setup_seconds": setup_s, "seconds": time.monotonic() - t0, "cells": len(results),
+                "agree": sum(r["observed"] == r["expected"] for r in results), "run_id": lab.run_id}
+    finally:
+        if keep:
+            print(f"[nat-matrix] keeping run {lab.run_id}: scripts/lab --run-id {lab.run_id} down")
+        else:
+            lab.down()
+    out_dir.mkdir(parents=True, exist_ok=True)
+    data = {"meta": meta, "kinds": list(KINDS), "cells": results}
+    (out_dir / "nat_matrix.json").write_text(json.dumps(data, indent=2) + "\n")
+    (out_dir / "nat_matrix.md").write_text(render_markdown(results, meta))
+    print(f"[nat-matrix] wrote {out_dir / 'nat_matrix.md'} and nat_matrix.json "
+          f"({meta['agree']}/{meta['cells']} agree, {meta['seconds']:.0f} s)")
+    return data
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """Options of ``lab nat-matrix``."""
+    p.add_argument("--out", default=str(REPO_ROOT / "artifacts"), help="output directory (default artifacts/)")
+    p.add_argument("--count", type=int, default=10, help="tailscale pings per cell (1 s apart)")
+    p.add_argument("--parallel", type=int, default=6, help="pings at once (on disjoint host pairs)")
+    p.add_argument("--keep", action="store_true", help="leave the lab running afterwards")
+
+
+def main_from_args(args: argparse.Namespace) -> int:
+    """Entry from the lab CLI."""
+    import os
+    if os.geteuid() != 0:
+        raise LabError("lab nat-matrix needs root (network namespaces)")
+    data = run(Path(args.out), count=args.count, parallel=args.parallel, run_id=args.run_id, keep=args.keep)
+    print(render_markdown(data["cells"], data["meta"]))
+    return 0
