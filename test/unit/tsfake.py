@@ -6,6 +6,7 @@ import socketserver
 import tempfile
 import threading
 from http.server import BaseHTTPRequestHandler
+from urllib.parse import parse_qs, urlparse
 
 DATA = os.path.join(os.path.dirname(__file__), "..", "data")
 
@@ -21,16 +22,35 @@ class _Server(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
 
 
 class FakeTailscaled:
-    """Serves status/prefs/ping JSON on a unix socket the way tailscaled's LocalAPI does."""
+    """Serves status/prefs/ping JSON on a unix socket the way tailscaled's LocalAPI does.
 
-    def __init__(self) -> None:
+    Args (all optional; the defaults serve the recorded two-machine tailnet):
+        status: the status document to serve (default: test/data/status_direct.json).
+        ping_for: ``ip -> ping result`` for POST /localapi/v0/ping?ip=...; default: the recorded
+            ping_direct.json whatever the ip.
+        record_requests: keep every request in ``requests`` (off for long benchmarks, where
+            ``counts`` alone is kept: method+endpoint -> number of requests).
+    """
+
+    def __init__(self, status=None, ping_for=None, record_requests=True) -> None:
         self.dir = tempfile.mkdtemp(prefix="fake-ts-")
         self.socket_path = os.path.join(self.dir, "tailscaled.sock")
-        self.status = recorded("status_direct.json")
+        self.status = status if status is not None else recorded("status_direct.json")
         self.prefs = {"ControlURL": "http://10.250.0.1:8080", "Hostname": "robota"}
         self.ping = recorded("ping_direct.json")
+        self.ping_for = ping_for
+        self.record_requests = record_requests
         self.requests = []
+        self.counts = {}
+        self._lock = threading.Lock()
         fake = self
+
+        def note(method, path, host):
+            with fake._lock:
+                key = f"{method} {path.split('?')[0]}"
+                fake.counts[key] = fake.counts.get(key, 0) + 1
+                if fake.record_requests:
+                    fake.requests.append((method, path, host))
 
         class Handler(BaseHTTPRequestHandler):
             def log_message(self, *args):  # quiet
@@ -45,7 +65,7 @@ class FakeTailscaled:
                 self.wfile.write(data)
 
             def do_GET(self):
-                fake.requests.append(("GET", self.path, self.headers.get("Host")))
+                note("GET", self.path, self.headers.get("Host"))
                 if self.path == "/localapi/v0/status":
                     self._send(200, fake.status)
                 elif self.path == "/localapi/v0/prefs":
@@ -56,9 +76,13 @@ class FakeTailscaled:
                     self._send(404, b"not found\n")
 
             def do_POST(self):
-                fake.requests.append(("POST", self.path, self.headers.get("Host")))
+                note("POST", self.path, self.headers.get("Host"))
                 if self.path.startswith("/localapi/v0/ping"):
-                    self._send(200, fake.ping)
+                    if fake.ping_for is not None:
+                        ip = parse_qs(urlparse(self.path).query).get("ip", [""])[0]
+                        self._send(200, fake.ping_for(ip))
+                    else:
+                        self._send(200, fake.ping)
                 else:
                     self._send(404, b"not found\n")
 
