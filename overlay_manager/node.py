@@ -95,7 +95,7 @@ class OverlayNode:
         self.poll(force=True)
         threading.Thread(target=self._slow_checks, name="overlay-preflight", daemon=True).start()
         rospy.Timer(rospy.Duration(1.0 / n.poll_rate), lambda _e: self.poll())
-        rospy.Timer(rospy.Duration(1.0 / n.publish_rate), lambda _e: self.publish(force=True))
+        rospy.Timer(rospy.Duration(1.0 / n.publish_rate), lambda _e: self._republish())
         if n.ping_interval > 0:
             threading.Thread(target=self._pinger, name="overlay-pinger", daemon=True).start()
         if n.iperf_server:
@@ -121,6 +121,11 @@ class OverlayNode:
             if self.m.error and (force or changes):
                 rospy.logerr("overlay_manager: %s", self.m.error)
             self.publish(force=force)
+
+    def _republish(self) -> None:
+        """Periodic republish (under the same lock as poll, so change detection stays consistent)."""
+        with self._lock:
+            self.publish(force=True)
 
     def publish(self, force: bool = False) -> None:
         """Publish ~peers, ~status and /diagnostics (when changed, or always if force)."""

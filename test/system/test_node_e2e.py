@@ -99,6 +99,10 @@ def test_services_answer(fleet_up):
     print(f"measure_link laptop->robot1 direct: {link}")
     pre = robots.call(lab, LAPTOP, f"{N_LAPTOP}/preflight", "overlay_manager/Preflight")
     assert pre["ok"], pre["checks"]
+    # NAT summary from a real netcheck against the lab's STUN: building b2 is an EIM NAT with UDP
+    st = robots.status(lab, LAPTOP, node=N_LAPTOP, timeout=60, where="m['nat']['known']")
+    assert st["nat"]["udp"] and not st["nat"]["hard_nat"], st["nat"]
+    assert st["enrolled"] and st["control_reachable"] and st["ros_hostname"] == "laptop.fleet.internal"
 
 
 def test_hosts_block_keeps_other_lines(fleet_up):
