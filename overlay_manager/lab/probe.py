@@ -7,8 +7,15 @@ document from stdout. Every probe waits with a bounded timeout and says what it 
     probe peers [--node /overlay_manager] [--min-peers N] [--timeout S]      -> PeerList
     probe status [--node ...] [--timeout S] [--where 'python expr']          -> OverlayStatus
     probe call SERVICE TYPE '{"field": value}' [--timeout S]                 -> response
-    probe rate TOPIC TYPE --seconds S                                         -> rate, gaps
+    probe rate TOPIC TYPE --seconds S                                         -> rate, gaps, latency
     probe collect TOPIC TYPE --seconds S                                      -> messages
+    probe nodes '{"ping": [[node, peer]...], "peers": {node: {peer: path|"*"}}}' -> pings, PeerLists
+    probe control [--rate 50] [--seconds S]      Twist /cmd_vel -> /cmd_vel_echo round trip p50/p99
+    probe record [--image T] [--node N]... [--seconds S]   JSON lines of events until SIGTERM
+
+Times: ``t`` values are CLOCK_MONOTONIC seconds (the same clock in every namespace, so the test
+process compares them with its own time.monotonic()); latencies from header stamps use the wall
+clock, which all lab hosts share.
 """
 
 from __future__ import annotations
@@ -17,10 +24,11 @@ import argparse
 import importlib
 import json
 import math
+import signal
 import sys
 import threading
 import time
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Optional, Sequence
 
 
 def to_dict(msg: Any) -> Any:
@@ -47,6 +55,32 @@ def load_type(name: str, kind: str = "msg") -> Any:
 def _out(data: Any) -> None:
     sys.stdout.write(json.dumps(data) + "\n")
     sys.stdout.flush()
+
+
+def percentile(values: Sequence[float], q: float) -> Optional[float]:
+    """The q-th percentile (0..100) of values by linear interpolation; None when empty."""
+    xs = sorted(values)
+    if not xs:
+        return None
+    k = (len(xs) - 1) * q / 100.0
+    lo, hi = int(math.floor(k)), int(math.ceil(k))
+    return xs[lo] + (xs[hi] - xs[lo]) * (k - lo)
+
+
+def rate_stats(times: Sequence[float], seconds: float) -> Dict[str, Any]:
+    """Arrival times (s) in a window of ``seconds`` -> count, rate_hz (count/seconds),
+    span_rate_hz ((n-1)/(last-first): insensitive to where the window edges fall), max_gap_s."""
+    gaps = [b - a for a, b in zip(times, times[1:])]
+    span = times[-1] - times[0] if len(times) > 1 else 0.0
+    return {"count": len(times), "seconds": seconds, "rate_hz": len(times) / seconds if seconds else None,
+            "span_rate_hz": (len(times) - 1) / span if span > 0 else None,
+            "max_gap_s": max(gaps) if gaps else None}
+
+
+def latency_stats(lat_ms: Sequence[float]) -> Dict[str, Any]:
+    """Latencies in ms -> p50/p99/max (None when empty)."""
+    return {"latency_p50_ms": percentile(lat_ms, 50), "latency_p99_ms": percentile(lat_ms, 99),
+            "latency_max_ms": max(lat_ms) if lat_ms else None}
 
 
 def _fail(what: str, detail: str = "") -> int:
@@ -81,6 +115,22 @@ def main(argv: List[str] | None = None) -> int:
     k.add_argument("topic")
     k.add_argument("type")
     k.add_argument("--seconds", type=float, default=5.0)
+    n = sub.add_parser("nodes", help="several overlay nodes at once: ping_peer calls, then ~peers conditions")
+    n.add_argument("spec", help='{"ping": [[node, peer], ...], "ping_count": 3, '
+                                '"peers": {node: {peer: "direct"|"derp"|"*"}}, "lenient": false} '
+                                '(lenient: on timeout report "unmet" instead of failing)')
+    n.add_argument("--timeout", type=float, default=30.0)
+    t = sub.add_parser("control", help="Twist round trip through an echo")
+    t.add_argument("--out", default="/cmd_vel")
+    t.add_argument("--echo", default="/cmd_vel_echo")
+    t.add_argument("--rate", type=float, default=50.0)
+    t.add_argument("--seconds", type=float, default=5.0)
+    t.add_argument("--timeout", type=float, default=30.0, help="for the first echo")
+    e = sub.add_parser("record", help="stream events as JSON lines until SIGTERM/SIGINT or --seconds")
+    e.add_argument("--image", default="", help="an image topic: one line per frame (seq, latency)")
+    e.add_argument("--node", action="append", default=[], help="an overlay node: its ~peers paths, "
+                   "~path_changes, ~status and its /diagnostics overlay entry")
+    e.add_argument("--seconds", type=float, default=0.0, help="0 = until SIGTERM/SIGINT")
     args = ap.parse_args(argv)
 
     import rospy
@@ -128,28 +178,228 @@ def main(argv: List[str] | None = None) -> int:
     if args.cmd in ("rate", "collect"):
         typ = load_type(args.type)
         stamps: List[float] = []
+        lats: List[float] = []
         msgs: List[Any] = []
         first = threading.Event()
 
         def rcb(msg: Any) -> None:
             stamps.append(time.monotonic())
+            header = getattr(msg, "header", None)
+            if header is not None and header.stamp.to_sec() > 0:
+                lats.append((rospy.Time.now() - header.stamp).to_sec() * 1000.0)
             if args.cmd == "collect":
                 msgs.append(to_dict(msg))
             first.set()
 
-        rospy.Subscriber(args.topic, typ, rcb, queue_size=100, buff_size=2 ** 24)
+        rospy.Subscriber(args.topic, typ, rcb, queue_size=100, buff_size=2 ** 24, tcp_nodelay=True)
         if args.cmd == "rate" and not first.wait(args.timeout):
             return _fail(f"first message on {args.topic}")
         start = time.monotonic()
-        n0 = len(stamps)
+        n0, l0 = len(stamps), len(lats)
         time.sleep(args.seconds)
         window = [t for t in stamps[n0:] if t >= start]
-        gaps = [b - a for a, b in zip(window, window[1:])]
-        _out({"ok": True, "count": len(window), "seconds": args.seconds,
-              "rate_hz": len(window) / args.seconds, "max_gap_s": max(gaps) if gaps else None,
-              "msgs": msgs})
+        _out({"ok": True, **rate_stats(window, args.seconds), **latency_stats(lats[l0:]), "msgs": msgs})
         return 0
+    if args.cmd == "nodes":
+        return _nodes(rospy, json.loads(args.spec), args.timeout)
+    if args.cmd == "control":
+        return _control(rospy, args)
+    if args.cmd == "record":
+        return _record(rospy, args)
     return 2
+
+
+def _nodes(rospy: Any, spec: Dict[str, Any], timeout: float) -> int:
+    """ping_peer on each (node, peer), then wait until every node's ~peers lists each expected
+    peer on the expected path ("*" = any path)."""
+    ping_srv = load_type("overlay_manager/PingPeer", "srv")
+    peer_list = load_type("overlay_manager/PeerList")
+    deadline = time.monotonic() + timeout
+    pings = []
+    for node, peer in spec.get("ping", []):
+        try:
+            rospy.wait_for_service(f"{node}/ping_peer", timeout=max(0.1, deadline - time.monotonic()))
+        except rospy.ROSException:
+            return _fail(f"service {node}/ping_peer")
+        resp = rospy.ServiceProxy(f"{node}/ping_peer", ping_srv)(name=peer, count=int(spec.get("ping_count", 3)),
+                                                                  timeout=3.0)
+        pings.append({"node": node, "peer": peer, **to_dict(resp)})
+    want: Dict[str, Dict[str, str]] = spec.get("peers", {})
+    latest: Dict[str, Any] = {}
+    cond = threading.Condition()
+
+    def make_cb(node: str) -> Any:
+        def cb(msg: Any) -> None:
+            with cond:
+                latest[node] = to_dict(msg)
+                cond.notify_all()
+        return cb
+
+    subs = [rospy.Subscriber(f"{node}/peers", peer_list, make_cb(node)) for node in want]
+
+    def unmet() -> List[str]:
+        out = []
+        for node, peers in want.items():
+            m = latest.get(node)
+            if m is None:
+                out.append(f"{node}: no ~peers yet")
+                continue
+            got = {p["name"]: p for p in m["peers"]}
+            for name, path in peers.items():
+                if name not in got:
+                    out.append(f"{node}: {name} not listed (lists {sorted(got)})")
+                elif path != "*" and got[name]["path"] != path:
+                    out.append(f"{node}: {name} path {got[name]['path']}, want {path}")
+        return out
+
+    with cond:
+        while True:
+            missing = unmet()
+            if not missing:
+                break
+            left = deadline - time.monotonic()
+            if left <= 0:
+                if spec.get("lenient"):  # the caller judges each condition itself
+                    break
+                for s in subs:
+                    s.unregister()
+                return _fail("~peers of " + ", ".join(want), "; ".join(missing) + " | pings: " + json.dumps(pings))
+            cond.wait(min(left, 0.5))
+    for s in subs:
+        s.unregister()
+    _out({"ok": True, "pings": pings, "peers": latest, "unmet": missing})
+    return 0
+
+
+def _control(rospy: Any, args: Any) -> int:
+    """Publish Twist at args.rate on args.out (linear.x = sequence number, linear.y = send time,
+    CLOCK_MONOTONIC), match each echo on args.echo and report round-trip percentiles."""
+    from geometry_msgs.msg import Twist
+
+    sent: Dict[int, float] = {}
+    rtts: List[float] = []
+    measuring = threading.Event()
+    first = threading.Event()
+
+    def cb(msg: Any) -> None:
+        now = time.monotonic()
+        first.set()
+        seq = int(msg.linear.x)
+        t0 = sent.pop(seq, None)
+        if t0 is not None and measuring.is_set():
+            rtts.append((now - t0) * 1000.0)
+
+    pub = rospy.Publisher(args.out, Twist, queue_size=100, tcp_nodelay=True)
+    rospy.Subscriber(args.echo, Twist, cb, queue_size=100, tcp_nodelay=True)
+    period = 1.0 / args.rate
+    seq = 0
+
+    def send_for(seconds: float, stop: Optional[threading.Event] = None) -> int:
+        nonlocal seq
+        n = 0
+        nxt = time.monotonic()
+        end = nxt + seconds
+        while time.monotonic() < end and not (stop is not None and stop.is_set()):
+            seq += 1
+            msg = Twist()
+            msg.linear.x = float(seq)
+            now = time.monotonic()
+            msg.linear.y = now
+            sent[seq] = now
+            pub.publish(msg)
+            n += 1
+            nxt += period
+            time.sleep(max(0.0, nxt - time.monotonic()))
+        return n
+
+    send_for(args.timeout, stop=first)  # warm up until the first echo comes back (connections made)
+    if not first.is_set():
+        return _fail(f"the first echo on {args.echo} of Twist sent on {args.out}")
+    send_for(1.0)
+    sent.clear()
+    measuring.set()
+    n = send_for(args.seconds)
+    time.sleep(1.0)  # late echoes
+    measuring.clear()
+    _out({"ok": True, "sent": n, "received": len(rtts), "rate_hz": args.rate, "seconds": args.seconds,
+          "rtt_p50_ms": percentile(rtts, 50), "rtt_p99_ms": percentile(rtts, 99),
+          "rtt_max_ms": max(rtts) if rtts else None, "rtt_min_ms": min(rtts) if rtts else None})
+    return 0
+
+
+def _record(rospy: Any, args: Any) -> int:
+    """Stream events as JSON lines (flushed) until SIGTERM/SIGINT or args.seconds:
+    {"t", "ev": "frame", "seq", "lat_ms"} per image; {"t", "ev": "peers", "node", "paths":
+    {peer: [path, latency_ms]}} when a node's paths or latencies change; {"t", "ev": "change",
+    "node", "peer", "old", "new"} per ~path_changes message; {"t", "ev": "status", "node",
+    "control_reachable", "backend_state"} when it changes; {"t", "ev": "diag", "node", "level",
+    "message"} when the node's overlay diagnostic changes; {"t", "ev": "ready"} once subscribed."""
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    lock = threading.Lock()
+
+    def emit(ev: str, **kw: Any) -> None:
+        line = json.dumps({"t": time.monotonic(), "ev": ev, **kw})
+        with lock:
+            sys.stdout.write(line + "\n")
+            sys.stdout.flush()
+
+    last: Dict[Any, Any] = {}
+
+    def changed(key: Any, value: Any) -> bool:
+        if last.get(key) == value:
+            return False
+        last[key] = value
+        return True
+
+    if args.image:
+        from sensor_msgs.msg import Image
+
+        def on_frame(msg: Any) -> None:
+            lat = (rospy.Time.now() - msg.header.stamp).to_sec() * 1000.0 if msg.header.stamp.to_sec() > 0 else None
+            emit("frame", seq=msg.header.seq, lat_ms=lat)
+
+        rospy.Subscriber(args.image, Image, on_frame, queue_size=100, buff_size=2 ** 24, tcp_nodelay=True)
+    from diagnostic_msgs.msg import DiagnosticArray
+
+    peer_list = load_type("overlay_manager/PeerList")
+    status_t = load_type("overlay_manager/OverlayStatus")
+    change_t = load_type("overlay_manager/PathChange")
+    for node in args.node:
+        def on_peers(msg: Any, node: str = node) -> None:
+            paths = {p.name: [p.path, None if math.isnan(p.latency_ms) else round(p.latency_ms, 2)]
+                     for p in msg.peers}
+            if changed(("peers", node), paths):
+                emit("peers", node=node, paths=paths)
+
+        def on_change(msg: Any, node: str = node) -> None:
+            emit("change", node=node, peer=msg.peer, old=msg.old_path, new=msg.new_path,
+                 endpoint=msg.endpoint, relay_region=msg.relay_region)
+
+        def on_status(msg: Any, node: str = node) -> None:
+            if changed(("status", node), (msg.control_reachable, msg.backend_state)):
+                emit("status", node=node, control_reachable=msg.control_reachable,
+                     backend_state=msg.backend_state, health=list(msg.health))
+
+        rospy.Subscriber(f"{node}/peers", peer_list, on_peers)
+        rospy.Subscriber(f"{node}/path_changes", change_t, on_change, queue_size=50)
+        rospy.Subscriber(f"{node}/status", status_t, on_status)
+
+    def on_diag(msg: Any) -> None:
+        for s in msg.status:
+            for node in args.node:
+                if s.name == f"{node.lstrip('/')}: overlay" and changed(("diag", node), (s.level, s.message)):
+                    emit("diag", node=node, level=s.level, message=s.message)
+
+    if args.node:
+        rospy.Subscriber("/diagnostics", DiagnosticArray, on_diag, queue_size=50)
+    emit("ready")
+    end = time.monotonic() + args.seconds if args.seconds > 0 else math.inf
+    while not stop.is_set() and time.monotonic() < end:
+        stop.wait(0.2)
+    emit("end")
+    return 0
 
 
 if __name__ == "__main__":

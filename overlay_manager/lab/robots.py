@@ -16,7 +16,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any, Dict, Mapping, Optional, Sequence
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
 
 from .errors import LabError
 
@@ -51,6 +51,123 @@ def start_robot(lab: Any, host: str, master: bool, launch_args: Sequence[str] = 
     return lab.popen(host, ["bash", "-c", line], env=ros_env(lab, host), log=log)
 
 
+def _python() -> str:
+    return sys.executable if sys.executable.startswith("/usr/bin") else "/usr/bin/python3"
+
+
+def overlay_env_line(lab: Any, host: str) -> str:
+    """``eval "$(rosrun overlay_manager overlay_env --config ...)"``: the host's ROS env in overlay names."""
+    return f'eval "$(rosrun overlay_manager overlay_env --config {shlex.quote(str(lab.robot_yaml(host)))})"'
+
+
+def start_tool(lab: Any, host: str, module_args: Sequence[str], name: str,
+               env: Optional[Mapping[str, str]] = None) -> subprocess.Popen:
+    """Start ``python3 -m overlay_manager.lab.<module_args>`` on host in the background with the
+    host's ROS env from overlay_env (as a user starts a node there); log in host_dir/<name>.log.
+    Stop it with :func:`stop` (by pid)."""
+    line = (f"{overlay_env_line(lab, host)} && exec {shlex.quote(_python())} -m overlay_manager.lab."
+            + " ".join(shlex.quote(a) for a in module_args))
+    full_env = dict(ros_env(lab, host))
+    full_env.update(env or {})
+    return lab.popen(host, ["bash", "-c", line], env=full_env, log=Path(lab.host_dir(host)) / f"{name}.log")
+
+
+def start_camera(lab: Any, host: str, topic: str = "/camera/image_raw", rate_hz: float = 30.0) -> subprocess.Popen:
+    """The lab camera (640x480 rgb8 sensor_msgs/Image at rate_hz) on host."""
+    return start_tool(lab, host, ["rosnodes", "camera", "--topic", topic, "--rate", str(rate_hz)],
+                      f"camera{topic.replace('/', '_')}")
+
+
+def start_echo(lab: Any, host: str) -> subprocess.Popen:
+    """The Twist echo (/cmd_vel -> /cmd_vel_echo) on host."""
+    return start_tool(lab, host, ["rosnodes", "echo"], "twist_echo")
+
+
+class Recorder:
+    """``probe record`` running in the background on a lab host; its JSON lines are read from a
+    file while it runs (``t`` values are CLOCK_MONOTONIC, comparable with time.monotonic()).
+
+        rec = Recorder(lab, "laptop", image="/camera/image_raw", nodes=["/laptop/overlay_manager"])
+        rec.wait("first frame", lambda ev: ev["ev"] == "frame", timeout=60)
+        ...
+        rec.stop(); rec.events
+    """
+
+    def __init__(self, lab: Any, host: str, image: str = "", nodes: Sequence[str] = (), name: str = "record") -> None:
+        self.lab, self.host = lab, host
+        self.path = Path(lab.host_dir(host)) / f"{name}.jsonl"
+        self.path.write_text("")
+        args = ["probe", "record"] + (["--image", image] if image else [])
+        for n in nodes:
+            args += ["--node", n]
+        line = (f"{overlay_env_line(lab, host)} && exec {shlex.quote(_python())} -m overlay_manager.lab."
+                + " ".join(shlex.quote(a) for a in args) + f" > {shlex.quote(str(self.path))}")
+        self.proc = lab.popen(host, ["bash", "-c", line], env=ros_env(lab, host),
+                              log=Path(lab.host_dir(host)) / f"{name}.log")
+        self.events: List[Dict[str, Any]] = []
+        self._offset = 0
+        self._partial = ""
+
+    def read(self) -> List[Dict[str, Any]]:
+        """Read the lines written since the last call; returns the new events (all in .events)."""
+        with open(self.path, encoding="utf-8") as f:
+            f.seek(self._offset)
+            chunk = f.read()
+            self._offset = f.tell()
+        text = self._partial + chunk
+        lines = text.split("\n")
+        self._partial = lines.pop()
+        new = [json.loads(x) for x in lines if x.startswith("{")]
+        self.events.extend(new)
+        return new
+
+    def wait(self, what: str, pred: Callable[[Dict[str, Any]], bool], timeout: float,
+             since: float = 0.0) -> Dict[str, Any]:
+        """The first event (with t >= since) satisfying pred; LabError naming what on timeout or
+        when the recorder died."""
+        deadline = time.monotonic() + timeout
+        while True:
+            self.read()
+            for ev in self.events:
+                if ev["t"] >= since and pred(ev):
+                    return ev
+            if self.proc.poll() is not None:
+                raise LabError(f"recorder on {self.host} exited ({self.proc.returncode}) while waiting for {what}; "
+                               f"log {self.proc_log_tail()}")
+            if time.monotonic() >= deadline:
+                last = [e for e in self.events if e["ev"] != "frame"][-5:]
+                frames = [e for e in self.events if e["ev"] == "frame"]
+                raise LabError(f"timed out after {timeout:g}s waiting for {what} on {self.host}; "
+                               f"{len(frames)} frames so far, last events: {json.dumps(last)[:1500]}")
+            time.sleep(0.1)
+
+    def proc_log_tail(self) -> str:
+        log = Path(self.lab.host_dir(self.host)) / f"{self.path.stem}.log"
+        try:
+            return " | ".join(log.read_text(errors="replace").splitlines()[-8:])
+        except OSError:
+            return "(no log)"
+
+    def frames(self, start: float = 0.0, end: float = float("inf")) -> List[Dict[str, Any]]:
+        """Frame events with start <= t < end."""
+        self.read()
+        return [e for e in self.events if e["ev"] == "frame" and start <= e["t"] < end]
+
+    def stop(self) -> None:
+        """Stop the recorder (SIGTERM to its process group, by pid) and read what is left."""
+        import os
+        import signal
+        if self.proc.poll() is None:
+            try:
+                os.killpg(self.proc.pid, signal.SIGTERM)
+                self.proc.wait(10)
+            except ProcessLookupError:
+                pass
+            except subprocess.TimeoutExpired:
+                stop(self.lab, self.proc)
+        self.read()
+
+
 def run_probe(lab: Any, host: str, args: Sequence[str], timeout: float = 60.0,
               env: Optional[Mapping[str, str]] = None) -> Dict[str, Any]:
     """Run probe.py in host's namespace with the ROS env in overlay names; returns its JSON.
@@ -58,9 +175,7 @@ def run_probe(lab: Any, host: str, args: Sequence[str], timeout: float = 60.0,
     Raises:
         LabError: the probe failed or printed no JSON (its error text is included).
     """
-    cfg = Path(lab.robot_yaml(host))
-    inner = (f'eval "$(rosrun overlay_manager overlay_env --config {shlex.quote(str(cfg))})" && '
-             f"exec {shlex.quote(sys.executable if sys.executable.startswith('/usr/bin') else '/usr/bin/python3')} "
+    inner = (f"{overlay_env_line(lab, host)} && exec {shlex.quote(_python())} "
              f"-m overlay_manager.lab.probe " + " ".join(shlex.quote(a) for a in args))
     full_env = dict(ros_env(lab, host))
     full_env.update(env or {})

@@ -1,0 +1,81 @@
+"""Small ROS nodes for the lab: a camera publisher and a Twist echo (run inside a lab host).
+
+    python3 -m overlay_manager.lab.rosnodes camera [--topic /camera/image_raw] [--rate 30]
+                                                   [--width 640] [--height 480]
+    python3 -m overlay_manager.lab.rosnodes echo [--input /cmd_vel] [--output /cmd_vel_echo]
+
+``camera`` publishes sensor_msgs/Image (rgb8, the size given) at a fixed rate with header.stamp
+set to the send time and header.seq counting frames, so a subscriber on another lab host (same
+machine clock) measures rate, gaps and latency. ``echo`` republishes every geometry_msgs/Twist it
+receives unchanged, so the sender measures the round trip (see probe.py ``control``).
+
+Both need the ROS env of the host (robots.start_tool runs them with ``overlay_env``'s output, the
+way a user starts a node on that machine) and stop on SIGINT/SIGTERM.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import List, Optional
+
+
+def run_camera(topic: str, rate_hz: float, width: int, height: int) -> None:
+    """Publish width x height rgb8 frames on topic at rate_hz until shutdown."""
+    import rospy
+    from sensor_msgs.msg import Image
+
+    rospy.init_node("lab_camera", anonymous=True)
+    pub = rospy.Publisher(topic, Image, queue_size=2)
+    row = bytes(range(256)) * (width * 3 // 256 + 1)
+    frame = b"".join(row[(y % 256):(y % 256) + width * 3] for y in range(height))  # a gradient, once
+    msg = Image(height=height, width=width, encoding="rgb8", is_bigendian=0, step=width * 3, data=frame)
+    msg.header.frame_id = "camera"
+    rate = rospy.Rate(rate_hz)
+    rospy.loginfo("camera: %dx%d rgb8 at %.1f Hz on %s", width, height, rate_hz, rospy.resolve_name(topic))
+    seq = 0
+    while not rospy.is_shutdown():
+        seq += 1
+        msg.header.seq = seq
+        msg.header.stamp = rospy.Time.now()
+        pub.publish(msg)
+        try:
+            rate.sleep()
+        except rospy.ROSInterruptException:
+            break
+
+
+def run_echo(input_topic: str, output_topic: str) -> None:
+    """Republish every Twist from input_topic on output_topic until shutdown."""
+    import rospy
+    from geometry_msgs.msg import Twist
+
+    rospy.init_node("lab_twist_echo", anonymous=True)
+    pub = rospy.Publisher(output_topic, Twist, queue_size=100, tcp_nodelay=True)
+    rospy.Subscriber(input_topic, Twist, pub.publish, queue_size=100, tcp_nodelay=True)
+    rospy.loginfo("twist echo: %s -> %s", rospy.resolve_name(input_topic), rospy.resolve_name(output_topic))
+    rospy.spin()
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    """Entry point (see the module doc)."""
+    ap = argparse.ArgumentParser(prog="rosnodes")
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    c = sub.add_parser("camera", help="sensor_msgs/Image publisher")
+    c.add_argument("--topic", default="/camera/image_raw")
+    c.add_argument("--rate", type=float, default=30.0, help="Hz")
+    c.add_argument("--width", type=int, default=640)
+    c.add_argument("--height", type=int, default=480)
+    e = sub.add_parser("echo", help="geometry_msgs/Twist echo")
+    e.add_argument("--input", default="/cmd_vel")
+    e.add_argument("--output", default="/cmd_vel_echo")
+    args = ap.parse_args(argv)
+    if args.cmd == "camera":
+        run_camera(args.topic, args.rate, args.width, args.height)
+    else:
+        run_echo(args.input, args.output)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
