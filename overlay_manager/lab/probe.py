@@ -330,7 +330,7 @@ def _control(rospy: Any, args: Any) -> int:
 def _record(rospy: Any, args: Any) -> int:
     """Stream events as JSON lines (flushed) until SIGTERM/SIGINT or args.seconds:
     {"t", "ev": "frame", "seq", "lat_ms"} per image; {"t", "ev": "peers", "node", "paths":
-    {peer: [path, latency_ms]}} when a node's paths or latencies change; {"t", "ev": "change",
+    {peer: [path, latency_ms, endpoint or relay region]}} when a node's paths or latencies change; {"t", "ev": "change",
     "node", "peer", "old", "new"} per ~path_changes message; {"t", "ev": "status", "node",
     "control_reachable", "backend_state"} when it changes; {"t", "ev": "diag", "node", "level",
     "message"} when the node's overlay diagnostic changes; {"t", "ev": "ready"} once subscribed."""
@@ -368,8 +368,8 @@ def _record(rospy: Any, args: Any) -> int:
     change_t = load_type("overlay_manager/PathChange")
     for node in args.node:
         def on_peers(msg: Any, node: str = node) -> None:
-            paths = {p.name: [p.path, None if math.isnan(p.latency_ms) else round(p.latency_ms, 2)]
-                     for p in msg.peers}
+            paths = {p.name: [p.path, None if math.isnan(p.latency_ms) else round(p.latency_ms, 2),
+                              p.endpoint or p.relay_region] for p in msg.peers}
             if changed(("peers", node), paths):
                 emit("peers", node=node, paths=paths)
 
