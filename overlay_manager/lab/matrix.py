@@ -92,9 +92,38 @@ def expected(a: str, b: str) -> tuple[str, str]:
             return "derp", f"{name}: no UDP to the peer"
     ab, ba = _gets_through(ka, kb), _gets_through(kb, ka)
     if ab or ba:
-        who = " and ".join(w for w, ok in ((f"{a}->{b}", ab), (f"{b}->{a}", ba)) if ok)
+        who = "both ways" if ab and ba else f"{a}->{b}" if ab else f"{b}->{a}"
         return "direct", f"first packet gets in: {who}"
     return "derp", "neither side's first packet passes the other NAT's filter"
+
+
+def rule_of_thumb(a: str, b: str) -> str:
+    """The common shorthand: hole punching fails when both sides have a port-changing (hard)
+    mapping, or when one has and the other's filtering is not endpoint-independent."""
+    ka, kb = parse_nat_kind(a), parse_nat_kind(b)
+    if ka.udp != "open" or kb.udp != "open":
+        return "derp"
+    hard_a, hard_b = ka.mapping != "eim", kb.mapping != "eim"
+    if hard_a and hard_b:
+        return "derp"
+    if (hard_a and kb.filtering != "eif") or (hard_b and ka.filtering != "eif"):
+        return "derp"
+    return "direct"
+
+
+def why_not_rule_of_thumb(a: str, b: str, observed: str) -> str:
+    """Why the measurement differs from the shorthand (from the model), or "" when it does not."""
+    if rule_of_thumb(a, b) == observed:
+        return ""
+    if observed != "direct" or expected(a, b)[0] != "direct":
+        return "differs from the shorthand and from the model: not explained"
+    ka, kb = parse_nat_kind(a), parse_nat_kind(b)
+    dst, dk = (b, kb) if _gets_through(ka, kb) else (a, ka)
+    if dk.filtering == "eif":
+        return (f"shorthand says derp; but {dst} filters endpoint-independently, so the peer's first packet "
+                "to the port STUN saw gets in whatever port the peer's NAT picked")
+    return (f"shorthand says derp; but {dst} maps endpoint-independently, so it sent to the peer's address "
+            "from the port STUN saw, and address-dependent filtering does not check the peer's port")
 
 
 def cells() -> list[tuple[str, str, str, str]]:
@@ -139,6 +168,7 @@ def run_cells(lab: Lab, todo: Sequence[tuple[str, str, str, str]], count: int, p
                 r = lab.ping(ha, hb, count=count, timeout=count * 4 + 20)
                 attempts.append(r.path)
             rec = {"a": a, "b": b, "host_a": ha, "host_b": hb, "expected": exp, "reason": why,
+                   "rule_of_thumb": rule_of_thumb(a, b),
                    "observed": r.path, "via": r.via, "latency_ms": r.latency_ms, "attempts": attempts,
                    "seconds": round(time.monotonic() - t0, 1), "output": r.output.strip()[-600:]}
             log(f"[nat-matrix] {a} x {b}: expected {exp}, observed {r.path} {r.via} "
@@ -172,7 +202,8 @@ def render_markdown(results: Sequence[dict[str, Any]], meta: dict[str, Any]) -> 
         f"one `tailscale ping --until-direct --c={meta['count']}` per cell (a second one when the first "
         f"was not direct and direct was expected); run time {meta['seconds']:.0f} s "
         f"(lab up + enrolment {meta['setup_seconds']:.0f} s). "
-        f"Cells: observed path, expected in brackets when different. {meta['agree']}/{meta['cells']} agree.",
+        f"Cells: observed path, expected in brackets when different. {meta['agree']}/{meta['cells']} agree "
+        f"with the model; {meta.get('rule_agree', '?')}/{meta['cells']} with the rule of thumb.",
         "",
         "| | " + " | ".join(KINDS) + " |",
         "|---|" + "---|" * len(KINDS),
@@ -183,10 +214,18 @@ def render_markdown(results: Sequence[dict[str, Any]], meta: dict[str, Any]) -> 
             row.append(mark(by[(a, b)]) if j >= i and (a, b) in by else "")
         lines.append("| " + " | ".join(row) + " |")
     lines += ["", "## Every cell", "",
-              "| A | B | expected | observed | via | why expected | note |", "|---|---|---|---|---|---|---|"]
+              "`expected` is the model in overlay_manager/lab/matrix.py; `rule of thumb` is the usual "
+              "shorthand (\"hole punching fails if both sides have a port-changing mapping, or one has and "
+              "the other does not filter endpoint-independently\"); the note explains every cell where "
+              "either differs from what was measured.", "",
+              "| A | B | expected | rule of thumb | observed | via | why expected | note |",
+              "|---|---|---|---|---|---|---|---|"]
     for r in results:
         note = r.get("note", "")
-        lines.append(f"| {r['a']} | {r['b']} | {r['expected']} | {r['observed']} | {r['via']} | "
+        rot = r.get("rule_of_thumb", rule_of_thumb(r["a"], r["b"]))
+        if not note:
+            note = why_not_rule_of_thumb(r["a"], r["b"], r["observed"])
+        lines.append(f"| {r['a']} | {r['b']} | {r['expected']} | {rot} | {r['observed']} | {r['via']} | "
                      f"{r['reason']} | {note} |")
     lines += ["", "Kinds: `<mapping>-<filtering>`, mapping eim/adm/adpm = endpoint-independent / "
               "address-dependent / address-and-port-dependent, filtering eif/adf/adpf likewise; "
@@ -196,12 +235,10 @@ def render_markdown(results: Sequence[dict[str, Any]], meta: dict[str, Any]) -> 
 
 
 def _version(lab: Lab, binary: str) -> str:
-    import subprocess
+    """The pinned version scripts/setup recorded next to the binary (``.<binary>.version``)."""
     try:
-        out = subprocess.run([str(lab.tailscale_cli().parent / binary), "version"], capture_output=True,
-                             text=True, timeout=10).stdout
-        return out.split()[0] if out.split() else "?"
-    except (OSError, subprocess.SubprocessError):
+        return (lab.tailscale_cli().parent / f".{binary}.version").read_text().strip()
+    except OSError:
         return "?"
 
 
@@ -221,7 +258,8 @@ def run(out_dir: Path, count: int = 10, parallel: int = 6, run_id: str | None = 
         meta = {"date": time.strftime("%Y-%m-%d %H:%M"), "tailscale": _version(lab, "tailscale"),
                 "headscale": _version(lab, "headscale"), "count": count, "parallel": parallel,
                 "setup_seconds": setup_s, "seconds": time.monotonic() - t0, "cells": len(results),
-                "agree": sum(r["observed"] == r["expected"] for r in results), "run_id": lab.run_id}
+                "agree": sum(r["observed"] == r["expected"] for r in results),
+                "rule_agree": sum(r["observed"] == r["rule_of_thumb"] for r in results), "run_id": lab.run_id}
     finally:
         if keep:
             print(f"[nat-matrix] keeping run {lab.run_id}: scripts/lab --run-id {lab.run_id} down")
@@ -242,11 +280,33 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--count", type=int, default=10, help="tailscale pings per cell (1 s apart)")
     p.add_argument("--parallel", type=int, default=6, help="pings at once (on disjoint host pairs)")
     p.add_argument("--keep", action="store_true", help="leave the lab running afterwards")
+    p.add_argument("--from-json", metavar="JSON", help="no measurement: re-render the table from a nat_matrix.json")
+
+
+def rerender(json_path: Path, out_dir: Path) -> dict[str, Any]:
+    """Rewrite nat_matrix.md from an earlier nat_matrix.json (after the notes or the model changed)."""
+    data = json.loads(json_path.read_text())
+    for r in data["cells"]:
+        r["rule_of_thumb"] = rule_of_thumb(r["a"], r["b"])
+        r["expected"], r["reason"] = expected(r["a"], r["b"])
+        if r["observed"] != r["expected"]:
+            r["note"] = NOTES.get((r["a"], r["b"]), "not explained yet: see the ping output in the JSON")
+    m = data["meta"]
+    m["agree"] = sum(r["observed"] == r["expected"] for r in data["cells"])
+    m["rule_agree"] = sum(r["observed"] == r["rule_of_thumb"] for r in data["cells"])
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "nat_matrix.json").write_text(json.dumps(data, indent=2) + "\n")
+    (out_dir / "nat_matrix.md").write_text(render_markdown(data["cells"], m))
+    return data
 
 
 def main_from_args(args: argparse.Namespace) -> int:
     """Entry from the lab CLI."""
     import os
+    if args.from_json:
+        data = rerender(Path(args.from_json), Path(args.out))
+        print(render_markdown(data["cells"], data["meta"]))
+        return 0
     if os.geteuid() != 0:
         raise LabError("lab nat-matrix needs root (network namespaces)")
     data = run(Path(args.out), count=args.count, parallel=args.parallel, run_id=args.run_id, keep=args.keep)
