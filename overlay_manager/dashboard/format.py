@@ -210,7 +210,11 @@ def nat_summary(known: bool, udp: bool, hard_nat: bool, hard_nat_known: bool,
 
 
 def nat_verdict(nat: Any) -> Verdict:
-    """nat_summary from a NatSummary message."""
+    """nat_summary from a NatSummary message; a failed check says so (the node's summary)."""
+    summary = str(getattr(nat, "summary", "") or "")
+    if not nat.known and summary.startswith("NAT check failed"):
+        line = " ".join(summary.split())  # one line; the label's tooltip has the whole summary
+        return Verdict(line if len(line) <= 110 else line[:107] + "...", LEVEL_WARN)
     return nat_summary(nat.known, nat.udp, nat.hard_nat, nat.hard_nat_known,
                        nat.preferred_derp, nat.preferred_derp_latency_ms)
 

@@ -4,14 +4,20 @@ Settings (node, columns, sort, window geometry) persist through QSettings
 (``~/.config/overlay_manager/dashboard.conf`` on Linux).
 
     rosrun overlay_manager dashboard [--node /robot1/overlay_manager]
+
+With ``OVERLAY_DASHBOARD_DUMP=/path/state.json`` in the environment the window also writes what it
+shows (``OverlayDashboardWidget.snapshot()`` plus screen positions of the window, the peer rows and
+the action buttons) to that file twice a second, replaced atomically: for tests and headless checks.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import signal
 import sys
-from typing import List, Optional
+from typing import Any, Dict, List, Optional
 
 import rospy
 from python_qt_binding.QtCore import QSettings, QTimer
@@ -22,6 +28,8 @@ from overlay_manager.dashboard.widget import SETTING_KEYS, OverlayDashboardWidge
 
 SETTINGS_ORG = "overlay_manager"
 SETTINGS_APP = "dashboard"
+DUMP_ENV = "OVERLAY_DASHBOARD_DUMP"
+DUMP_PERIOD_MS = 500
 
 
 def parse_args(argv: List[str]) -> argparse.Namespace:
@@ -56,6 +64,43 @@ class DashboardWindow(QMainWindow):
         if node:
             self.widget.select_node(node, user=True)
         self.widget.start()
+
+    def dump_state(self) -> Dict[str, Any]:
+        """The widget's snapshot plus global screen positions (x, y, width, height) of the window,
+        each peer row (by name) and the action buttons."""
+        w = self.widget
+        table = w.peer_table
+
+        def rect(widget: Any, local: Any = None) -> List[int]:
+            r = local if local is not None else widget.rect()
+            top_left = widget.mapToGlobal(r.topLeft())
+            return [top_left.x(), top_left.y(), r.width(), r.height()]
+
+        rows = {}
+        for row in range(table.rowCount()):
+            item = table.item(row, 0)
+            if item is not None:
+                rows[item.text()] = rect(table.viewport(), table.visualItemRect(item))
+        frame = self.frameGeometry()
+        state = w.snapshot()
+        state["screen"] = {
+            "window": [frame.x(), frame.y(), frame.width(), frame.height()],
+            "rows": rows,
+            "buttons": {name: rect(getattr(w, f"{name}_button")) for name in ("ping", "measure", "wait")},
+        }
+        return state
+
+    def write_dump(self, path: str) -> None:
+        """Write dump_state() as JSON to path (through a temporary file and rename)."""
+        state = self.dump_state()
+        state["pid"] = os.getpid()
+        tmp = f"{path}.{os.getpid()}.tmp"
+        try:
+            with open(tmp, "w", encoding="utf-8") as f:
+                json.dump(state, f)
+            os.replace(tmp, path)
+        except OSError as exc:
+            rospy.logwarn_throttle(60, f"dashboard: cannot write {path}: {exc}")
 
     def closeEvent(self, event: object) -> None:  # noqa: N802 (Qt override)
         """Save settings, unregister subscribers."""
@@ -96,6 +141,11 @@ def main(argv: Optional[List[str]] = None) -> int:
     pulse = QTimer()  # lets Python run its signal handlers while Qt's loop waits
     pulse.timeout.connect(lambda: None)
     pulse.start(200)
+    dump_path = os.environ.get(DUMP_ENV, "")
+    dump = QTimer()
+    if dump_path:
+        dump.timeout.connect(lambda: window.write_dump(dump_path))
+        dump.start(DUMP_PERIOD_MS)
     code = app.exec_()
     rospy.signal_shutdown("dashboard closed")
     return code

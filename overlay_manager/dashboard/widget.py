@@ -9,13 +9,24 @@ the rqt plugin and the standalone window store in their own settings objects.
 from __future__ import annotations
 
 import os
+import re
 import time
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 from python_qt_binding import loadUi
 from python_qt_binding.QtCore import QPoint, Qt, QTimer
-from python_qt_binding.QtGui import QBrush, QColor
-from python_qt_binding.QtWidgets import QAction, QHeaderView, QListWidgetItem, QMenu, QTableWidgetItem, QWidget
+from python_qt_binding.QtGui import QBrush, QColor, QPen
+from python_qt_binding.QtWidgets import (
+    QAction,
+    QHeaderView,
+    QListWidgetItem,
+    QMenu,
+    QStyle,
+    QStyledItemDelegate,
+    QStyleOptionViewItem,
+    QTableWidgetItem,
+    QWidget,
+)
 
 from overlay_manager.dashboard import format as fmt
 from overlay_manager.dashboard.model import ActionResult, OverlayModel
@@ -58,6 +69,27 @@ class _Item(QTableWidgetItem):
         return a < b
 
 
+class _PathDelegate(QStyledItemDelegate):
+    """Paints the path cell in its path colour even when its row is selected (the selection
+    highlight would hide the colour, the one thing the column is for); a frame in the highlight
+    colour marks the selection instead."""
+
+    def paint(self, painter: Any, option: Any, index: Any) -> None:  # noqa: D102 (Qt override)
+        selected = bool(option.state & QStyle.State_Selected)
+        if not selected:
+            super().paint(painter, option, index)
+            return
+        opt = QStyleOptionViewItem(option)
+        opt.state = opt.state & ~QStyle.State_Selected
+        super().paint(painter, opt, index)
+        painter.save()
+        pen = QPen(option.palette.highlight().color())
+        pen.setWidth(2)
+        painter.setPen(pen)
+        painter.drawRect(option.rect.adjusted(1, 1, -1, -1))
+        painter.restore()
+
+
 def _item(text: str, sort_key: Any = None, tooltip: str = "") -> _Item:
     item = _Item(text)
     item.setData(SORT_ROLE, text.lower() if sort_key is None else sort_key)
@@ -70,6 +102,11 @@ def _coloured(text: str, level: str) -> str:
     """Rich text in a level's colour (labels)."""
     colour = fmt.LEVEL_COLOURS.get(level, fmt.LEVEL_COLOURS[fmt.LEVEL_UNKNOWN])
     return f'<span style="color:{colour}">{_escape(text)}</span>'
+
+
+def _plain(text: str) -> str:
+    """A label's text without the markup of _coloured."""
+    return re.sub(r"<[^>]*>", "", text).replace("&lt;", "<").replace("&gt;", ">").replace("&amp;", "&")
 
 
 def _escape(text: str) -> str:
@@ -146,6 +183,8 @@ class OverlayDashboardWidget(QWidget):
         hh.customContextMenuRequested.connect(self._on_header_menu)
         t.sortItems(COL["name"], Qt.AscendingOrder)
         t.verticalHeader().setDefaultSectionSize(t.fontMetrics().height() + 8)
+        self._path_delegate = _PathDelegate(t)
+        t.setItemDelegateForColumn(COL["path"], self._path_delegate)
         for key, width in (("name", 110), ("address", 120), ("online", 60), ("path", 90),
                            ("where", 170), ("latency", 80), ("rx", 95), ("tx", 95)):
             t.setColumnWidth(COL[key], width)
@@ -420,6 +459,34 @@ class OverlayDashboardWidget(QWidget):
         """The newest line of the result box (tests and logs)."""
         lines = self.result_text.toPlainText().splitlines()
         return lines[-1] if lines else ""
+
+    def snapshot(self) -> Dict[str, Any]:
+        """What the view shows right now, as plain data (tests, logs): the selected node, headline,
+        this machine's fields (plain text), the peer table (cell texts by column key plus the path
+        cell's and the row's background colours), the path-change log (newest first) and the last
+        action result."""
+        t = self.peer_table
+        rows = []
+        for row in range(t.rowCount()):
+            cells = {key: (t.item(row, COL[key]).text() if t.item(row, COL[key]) else "")
+                     for key in COLUMN_KEYS}
+            path_item, name_item = t.item(row, COL["path"]), t.item(row, COL["name"])
+            cells["path_colour"] = path_item.background().color().name() if path_item else ""
+            cells["row_tint"] = name_item.background().color().name() if name_item else ""
+            rows.append(cells)
+        fields = {name: _plain(getattr(self, f"{name}_value").text())
+                  for name in ("state", "self", "nat", "control", "ros", "health", "selected")}
+        return {
+            "node": self._model.node(),
+            "nodes": [self.node_combo.itemText(i) for i in range(self.node_combo.count())],
+            "headline": _plain(self.headline_label.text()),
+            "fields": fields,
+            "nat_detail": self.nat_value.toolTip(),
+            "rows": rows,
+            "selected_peer": self.selected_peer(),
+            "path_log": [self.path_log.item(i).text() for i in range(self.path_log.count())],
+            "last_result": self.last_result(),
+        }
 
     def shutdown(self) -> None:
         """Stop the clock (the model is shut down by its owner)."""

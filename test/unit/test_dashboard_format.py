@@ -110,6 +110,15 @@ class NatTest(unittest.TestCase):
                  preferred_derp_latency_ms=NAN)
         self.assertTrue(fmt.nat_verdict(nat).text.startswith("UDP blocked"))
 
+    def test_failed_check_is_not_called_not_checked(self) -> None:
+        nat = NS(known=False, udp=False, hard_nat=False, hard_nat_known=False, preferred_derp="",
+                 preferred_derp_latency_ms=NAN, summary="NAT check failed: `tailscale netcheck` gave no report")
+        v = fmt.nat_verdict(nat)
+        self.assertEqual(v.text, "NAT check failed: `tailscale netcheck` gave no report")
+        self.assertEqual(v.level, fmt.LEVEL_WARN)
+        self.assertTrue(fmt.nat_verdict(NS(**{**vars(nat), "summary": "NAT not checked yet"})).text
+                        .startswith("NAT not checked yet"))
+
 
 def status(**kw: object) -> NS:
     base = dict(tailscaled_reachable=True, enrolled=True, backend_state="Running",
