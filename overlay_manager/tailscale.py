@@ -289,22 +289,10 @@ def redact(text: str, secret: str) -> str:
     return " ".join(out)
 
 
-def netcheck(cli: str, socket_path: str, env: Optional[Dict[str, str]] = None,
-             timeout_s: float = 20.0) -> Dict[str, Any]:
-    """Run `tailscale netcheck --format=json` (NAT and DERP latency report, netcheck.Report).
-
-    Raises:
-        TailscaleError: when the CLI is missing, fails or prints no JSON.
-    """
-    argv = [cli, f"--socket={socket_path}", "netcheck", "--format=json"]
-    try:
-        proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s, env=env,
-                              check=False)
-    except FileNotFoundError:
-        raise TailscaleError(f"tailscale CLI {cli!r} not found") from None
-    except subprocess.TimeoutExpired:
-        raise TailscaleError(f"`tailscale netcheck` took longer than {timeout_s:.0f} s") from None
-    for line in proc.stdout.splitlines():
+def parse_netcheck_output(stdout: str) -> Optional[Dict[str, Any]]:
+    """The last JSON object in netcheck's stdout: one per line (json-line) or one indented
+    document (json); None when there is none."""
+    for line in reversed(stdout.splitlines()):
         line = line.strip()
         if line.startswith("{"):
             try:
@@ -313,6 +301,35 @@ def netcheck(cli: str, socket_path: str, env: Optional[Dict[str, str]] = None,
                 continue
             if isinstance(report, dict):
                 return report
+    start = stdout.find("{")
+    if start != -1:
+        try:
+            report = json.loads(stdout[start:])
+        except ValueError:
+            return None
+        if isinstance(report, dict):
+            return report
+    return None
+
+
+def netcheck(cli: str, socket_path: str, env: Optional[Dict[str, str]] = None,
+             timeout_s: float = 20.0) -> Dict[str, Any]:
+    """Run `tailscale netcheck --format=json-line` (NAT and DERP latency report, netcheck.Report).
+
+    Raises:
+        TailscaleError: when the CLI is missing, fails or prints no JSON.
+    """
+    argv = [cli, f"--socket={socket_path}", "netcheck", "--format=json-line"]
+    try:
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s, env=env,
+                              check=False)
+    except FileNotFoundError:
+        raise TailscaleError(f"tailscale CLI {cli!r} not found") from None
+    except subprocess.TimeoutExpired:
+        raise TailscaleError(f"`tailscale netcheck` took longer than {timeout_s:.0f} s") from None
+    report = parse_netcheck_output(proc.stdout)
+    if report is not None:
+        return report
     raise TailscaleError(
         f"`tailscale netcheck` gave no report (exit {proc.returncode}): {proc.stderr.strip()[-300:]}"
     )

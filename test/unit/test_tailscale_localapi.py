@@ -84,3 +84,23 @@ def test_missing_cli(tmp_path):
     key = _key(tmp_path, 0o600)
     with pytest.raises(T.EnrolError, match="not found"):
         T.enrol(str(tmp_path / "nope"), "/s", T.EnrolRequest("https://h", "r", key, []))
+
+
+def test_netcheck_output_json_line_and_indented():
+    line = '{"UDP":true,"MappingVariesByDestIP":false,"PreferredDERP":999}'
+    assert T.parse_netcheck_output("# Warning: not stable\n" + line + "\n")["PreferredDERP"] == 999
+    indented = '{\n  "UDP": true,\n  "PreferredDERP": 999\n}\n'
+    assert T.parse_netcheck_output(indented)["UDP"] is True
+    assert T.parse_netcheck_output("netcheck: UDP test failure\n") is None
+
+
+def test_netcheck_runs_cli_with_json_line(tmp_path):
+    cli = tmp_path / "tailscale"
+    cli.write_text('#!/bin/sh\necho "$@" >&2\necho \'{"UDP":false}\'\n')
+    cli.chmod(stat.S_IRWXU)
+    assert T.netcheck(str(cli), "/s.sock") == {"UDP": False}
+    bad = tmp_path / "bad"
+    bad.write_text("#!/bin/sh\necho oops >&2\nexit 1\n")
+    bad.chmod(stat.S_IRWXU)
+    with pytest.raises(T.TailscaleError, match="no report"):
+        T.netcheck(str(bad), "/s.sock")
