@@ -89,6 +89,7 @@ def campus(lab_factory):
         for p in reversed(procs):
             robots.stop(lab, p)
         print("campus measurements: " + json.dumps(MEASURED))
+        lab.down()  # now, not at session end: six idle tailscaleds would slow the other modules
 
 
 # --- 1. enrolment ---------------------------------------------------------------------------
