@@ -253,10 +253,10 @@ def test_standalone_dashboard_shows_live_lab(live_lab: Any, xvfb_display: str, t
                         lambda s: "not checked yet" not in s["fields"]["nat"], timeout=30)
         nat_seen = time.monotonic() - started
         nat_text = nat["fields"]["nat"]
-        if nat_text.startswith("NAT check failed"):
-            print(f"NOTE: the node's netcheck failed, the dashboard shows it: {nat_text!r}")
-        else:
-            assert nat_text.startswith("easy NAT (endpoint-independent mapping)"), nat["nat_detail"]
+        # b2's NAT lets UDP through; whether its mapping varies by destination needs two STUN
+        # servers, and the lab has one (headscale's embedded DERP), so tailscale says "unknown"
+        assert nat_text.startswith(("easy NAT (endpoint-independent mapping)",
+                                    "UDP works; NAT mapping behaviour unknown")), nat["nat_detail"]
 
         time.sleep(1.2)  # one more table refresh and plot tick before the picture
         final = dash.wait("a dump after the DERP ping", lambda s: True, timeout=5)
