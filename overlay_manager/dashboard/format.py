@@ -13,13 +13,15 @@ import time
 from dataclasses import dataclass
 from typing import Any, Optional, Tuple
 
-PATH_UNKNOWN = "unknown"
-PATH_IDLE = "idle"
-PATH_DIRECT = "direct"
-PATH_DERP = "derp"
-PATH_PEER_RELAY = "peer-relay"
-PATH_OFFLINE = "offline"
-PATH_SELF = "self"
+from ..peers import (  # noqa: F401 - re-exported for the widget and model
+    PATH_DERP,
+    PATH_DIRECT,
+    PATH_IDLE,
+    PATH_OFFLINE,
+    PATH_PEER_RELAY,
+    PATH_SELF,
+    PATH_UNKNOWN,
+)
 
 # Strong colour per path: path cell background, history plot, path-change log text.
 PATH_COLOURS = {
