@@ -509,8 +509,8 @@ def run(out_dir: Path, quick: bool = False, seconds: Optional[float] = None, udp
             bench.undmz(B1)
             bench.undmz(B2)
     finally:
-        for p in list(bench.helpers):
-            bench.stop_robot_helper(p) if not p.startswith("wg:") else None
+        for p in [k for k in bench.helpers if not k.startswith("wg:")]:
+            bench.stop_robot_helper(p)
         bench.wireguard_down()
         for p in reversed(procs):
             robots.stop(lab, p)
@@ -657,7 +657,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         a = ap.parse_args(argv)
         return operator_helper(a.prefix, a.seconds, a.t0, a.first_only, a.timeout)
     ap = argparse.ArgumentParser(prog="bench", description="underlay vs WireGuard vs tailscale direct vs "
-                                 "DERP in the campus lab (root; a fresh lab run, ~10 min, --quick ~4 min)")
+                                 "DERP in the campus lab (root; a fresh lab run, ~6 min, --quick ~2.5 min)")
     ap.add_argument("--quick", action="store_true", help="2 s tests, loss 0 and 5 %% only")
     ap.add_argument("--seconds", type=float, default=None, help="per iperf3/camera test (default 5, quick 2)")
     ap.add_argument("--udp-mbit", type=float, default=50.0, help="iperf3 UDP bitrate (default 50)")

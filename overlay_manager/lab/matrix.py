@@ -7,7 +7,7 @@ one ``tailscale ping`` (Lab.ping, ``--until-direct``) decides the path; pings of
 pairs run in parallel. The expected outcome beside it comes from :func:`expected`, RFC 4787
 reasoning spelled out below. Writes ``artifacts/nat_matrix.md`` and ``artifacts/nat_matrix.json``.
 
-Not part of CI: about 3 to 5 minutes (22 tailscaled, 66 pings, most DERP pings take the CLI's
+Not part of CI: about 2.5 minutes on 2 cores (22 tailscaled, 66 pings; a DERP ping takes the CLI's
 full 10 x 1 s). Run as root::
 
     scripts/lab nat-matrix [--out artifacts] [--count 10] [--parallel 6] [--keep]
