@@ -133,28 +133,20 @@ class Demo:
                    and e["node"] == node(LAPTOP) and e["peer"] == ROBOT and e["t"] >= t_block]
         self.say("    ~path_changes of the laptop's node for robot1 since the block: "
                  + "; ".join(f"{e['old']} -> {e['new']} at +{e['t'] - t_block:.1f} s" for e in changes))
-        # exact times from the node's ~peers (the table above only samples every TICK_S)
-        self.summary["derp_after_s"] = self._first_path_t(ROBOT, "derp", t_block, t_unblock) or derp_seen.get("t")
-        self.summary["direct_again_after_s"] = (self._first_path_t(ROBOT, "direct", t_unblock, float("inf"))
-                                                or direct_seen.get("t"))
+        # exact times from the node's ~path_changes (the table above only samples every TICK_S)
+        to_derp = [e["t"] - t_block for e in changes if e["new"] == "derp" and e["t"] < t_unblock]
+        to_direct = [e["t"] - t_unblock for e in changes if e["new"] == "direct" and e["t"] >= t_unblock]
+        self.summary["derp_after_s"] = to_derp[0] if to_derp else derp_seen.get("t")
+        self.summary["direct_again_after_s"] = to_direct[0] if to_direct else direct_seen.get("t")
         s = self.summary
         self.say(f"    summary: camera on the laptop {s['direct_rate_hz']:.1f} Hz direct, "
                  f"{s['derp_rate_hz']:.1f} Hz relayed through DERP; derp reported "
                  f"{_fmt_s(s.get('derp_after_s'))} after blocking UDP, direct again "
                  f"{_fmt_s(s.get('direct_again_after_s'))} after unblocking")
 
-    def _first_path_t(self, peer: str, path: str, since: float, until: float) -> Optional[float]:
-        """Seconds after ``since`` at which the laptop's node first reported ``path`` to peer."""
-        assert self.rec is not None
-        for e in self.rec.events:
-            if (e["ev"] == "peers" and e["node"] == node(LAPTOP) and since <= e["t"] < until
-                    and e["paths"].get(peer, [""])[0] == path):
-                return e["t"] - since
-        return None
-
     def header(self) -> None:
-        print(f"    {'time':>6}  {'node':<7} {'peer':<7} {'path':<7} {'via':<22} {'latency':>9}   "
-              "camera on laptop (last 2 s)", flush=True)
+        print(f"    {'time':>6}  {'node':<7} {'peer':<7} {'path':<7} {'via':<22} {'ping rtt':>9}   "
+              "camera received on the laptop (last 2 s)", flush=True)
 
     def live(self, seconds: float, until: Optional[Callable[[Dict[str, Any]], bool]] = None,
              rate_from: Optional[Callable[[], float]] = None) -> float:
@@ -179,8 +171,8 @@ class Demo:
                 path, lat, via = ev["paths"][peer] if ev else ("?", None, "")
                 views[who] = ev["paths"] if ev else {}
                 lat_s = f"{lat:6.2f} ms" if lat is not None else "       ?"
-                print(f"    {now - self.t0:5.0f}s  {who:<7} {peer:<7} {path:<7} {via:<22} {lat_s:>9}   "
-                      + (cam if who == LAPTOP else ""), flush=True)
+                print((f"    {now - self.t0:5.0f}s  {who:<7} {peer:<7} {path:<7} {via:<22} {lat_s:>9}   "
+                       + (cam if who == LAPTOP else "")).rstrip(), flush=True)
             if until is not None and until(views.get(LAPTOP, {})):
                 break
         start = rate_from() if rate_from else 0.0
