@@ -134,10 +134,18 @@ class OverlayMonitor:
         snap = replace(snap, peers=tuple(
             replace(p, latency_ms=lat.get(self._key(p), math.nan)) for p in snap.peers))
         old = self.snapshot
+        changes = path_changes(old, snap)
+        moved = {self._key(e.peer) for e in changes if e.old_path}
+        if moved:  # a latency measured on the old path says nothing about the new one
+            with self._lock:
+                for k in moved:
+                    self._latency.pop(k, None)
+            snap = replace(snap, peers=tuple(
+                replace(p, latency_ms=math.nan) if self._key(p) in moved else p for p in snap.peers))
         self.snapshot = snap
         if self.cfg.node.manage_hosts:
             self._update_hosts(snap)
-        return path_changes(old, snap)
+        return changes
 
     @staticmethod
     def _key(p: PeerState) -> str:

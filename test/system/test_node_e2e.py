@@ -67,7 +67,8 @@ def test_reported_path_is_the_proved_path(fleet_up):
     assert ping["path"] == "direct", f"disco ping path {ping}"
     proved = lab.ping(LAPTOP, ROBOT)  # `tailscale ping` (the CLI), independent of the node
     msg = robots.peers(lab, LAPTOP, min_peers=1, node=N_LAPTOP,
-                       where=f"[p for p in m['peers'] if p['name']=='{ROBOT}' and p['path']=='direct']")
+                       where=f"[p for p in m['peers'] if p['name']=='{ROBOT}' and p['path']=='direct'"
+                             " and p['latency_ms'] is not None]")
     peer = next(p for p in msg["peers"] if p["name"] == ROBOT)
     assert peer["path"] == "direct" and peer["endpoint"], peer
     assert proved.path == "direct", proved.output

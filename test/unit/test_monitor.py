@@ -43,6 +43,9 @@ def test_ping_records_latency_and_unknown_peer(fake_tailscaled, tmp_path):
     assert out.ok and out.received == 2 and out.path == "direct" and out.latency_mean_ms > 0
     m.poll()
     assert not math.isnan(m.find("robotb").latency_ms)
+    _peer(fake_tailscaled)["CurAddr"] = ""  # path changes to derp: the direct-path latency is dropped
+    m.poll()
+    assert m.find("robotb").path == "derp" and math.isnan(m.find("robotb").latency_ms)
     bad = m.ping("ghost")
     assert not bad.ok and "unknown peer" in bad.message
     fake_tailscaled.ping = {"Err": "timeout", "IP": "100.64.0.2"}
