@@ -47,21 +47,9 @@ class KeyRecord:
 
 
 def _write_secret(path: Path, secret: str) -> None:
-    """Write ``secret`` + newline to ``path`` with mode 0600 from the first byte (atomic)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(secret + "\n")
-        os.chmod(tmp, 0o600)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+    """Write ``secret`` + newline to ``path`` with mode 0600 from the first byte (atomic:
+    write_atomic's temporary file is created 0600 by mkstemp)."""
+    write_atomic(path, secret + "\n", 0o600)
 
 
 def _read_record(dep: Deployment, host: str) -> dict[str, Any] | None:

@@ -263,20 +263,12 @@ class Bench:
                  timeout: float = 60.0) -> Dict[str, Any]:
         """Run the operator helper on ``host``; its JSON (LabError when it failed)."""
         from . import robots
-        from .errors import LabError
         prefix = f"/bench/{path.replace('-', '_')}"
         args = (f"_operator --prefix {prefix} --seconds {self.seconds:g} --t0 {t0!r} --timeout {timeout:g}"
                 + (" --first-only" if first_only else ""))
         res = self.lab.exec(host, self.helper_argv(path, host, args), env=robots.ros_env(self.lab, host),
                             timeout=timeout + self.seconds + 60, check=False, quiet=True)
-        for line in reversed(res.stdout.splitlines()):
-            if line.startswith("{"):
-                data = json.loads(line)
-                if not data.get("ok"):
-                    raise LabError(f"operator on {host} ({path}): {data.get('error')}")
-                return data
-        raise LabError(f"operator on {host} ({path}) printed nothing (exit {res.returncode}): "
-                       f"{res.stderr.strip()[-1500:]}")
+        return robots.json_result(res, f"operator on {host} ({path})")
 
     # --- network measurements -------------------------------------------------------------
     def iperf(self, addr: str, udp: bool) -> Dict[str, Any]:

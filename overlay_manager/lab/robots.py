@@ -180,14 +180,26 @@ def run_probe(lab: Any, host: str, args: Sequence[str], timeout: float = 60.0,
     full_env = dict(ros_env(lab, host))
     full_env.update(env or {})
     res = lab.exec(host, ["bash", "-c", inner], env=full_env, timeout=timeout + 30, check=False, quiet=True)
+    return json_result(res, f"probe {' '.join(args)} on {host}")
+
+
+def json_result(res: subprocess.CompletedProcess, what: str) -> Dict[str, Any]:
+    """The last JSON line a lab tool printed ({"ok": true, ...}); LabError naming what otherwise."""
     for line in reversed(res.stdout.splitlines()):
         if line.startswith("{"):
             data = json.loads(line)
             if not data.get("ok"):
-                raise LabError(f"probe {' '.join(args)} on {host}: {data.get('error')}")
+                raise LabError(f"{what}: {data.get('error')}")
             return data
-    raise LabError(f"probe {' '.join(args)} on {host} printed no result (exit {res.returncode}): "
-                   f"{res.stderr.strip()[-1500:]}")
+    raise LabError(f"{what} printed no result (exit {res.returncode}): {res.stderr.strip()[-1500:]}")
+
+
+def print_launch_logs(lab: Any, hosts: Sequence[str], lines: int = 40) -> None:
+    """Print the tail of each host's robot.launch.log (for a failing fixture's output)."""
+    for h in hosts:
+        log = Path(lab.host_dir(h)) / "robot.launch.log"
+        if log.exists():
+            print(f"---- {h} robot.launch.log (tail)\n" + "\n".join(log.read_text().splitlines()[-lines:]))
 
 
 def call(lab: Any, host: str, service: str, srv_type: str, timeout: float = 60.0, **fields: Any) -> Dict[str, Any]:

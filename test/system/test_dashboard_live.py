@@ -186,10 +186,7 @@ def live_lab(lab_factory: Callable[..., Any]) -> Iterator[Any]:
                                log=Path(lab.host_dir(LAPTOP)) / "overlay_ping.log"))
         yield lab
     except Exception:
-        for h in (ROBOT, LAPTOP):
-            log = Path(lab.host_dir(h)) / "robot.launch.log"
-            if log.exists():
-                print(f"---- {h} robot.launch.log (tail)\n" + "\n".join(log.read_text().splitlines()[-40:]))
+        robots.print_launch_logs(lab, (ROBOT, LAPTOP))
         raise
     finally:
         for p in reversed(procs):

@@ -32,10 +32,7 @@ def fleet_up(two_buildings_lab):
         robots.peers(lab, LAPTOP, min_peers=1, timeout=120, node=N_LAPTOP)
         yield lab
     except Exception:
-        for h in (ROBOT, LAPTOP):
-            log = Path(lab.host_dir(h)) / "robot.launch.log"
-            if log.exists():
-                print(f"---- {h} robot.launch.log (tail)\n" + "\n".join(log.read_text().splitlines()[-40:]))
+        robots.print_launch_logs(lab, (ROBOT, LAPTOP))
         raise
     finally:
         for p in reversed(procs):
