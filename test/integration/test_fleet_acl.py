@@ -227,3 +227,35 @@ def test_no_tcp_across_teams(net: dict[str, Any], src: str, dst: str) -> None:
     assert dst not in peers, f"{dst} is visible to {src}: {sorted(peers)}"
     mates = [h for h in HOSTS if h != src and h.split("-")[0] == src.split("-")[0]]
     assert not mates or set(mates) <= peers, f"team-mates {mates} missing from {src}'s peers {sorted(peers)}"
+
+
+MASTER_QUERY = """
+import sys, xmlrpc.client, socket
+socket.setdefaulttimeout(float(sys.argv[2]))
+try:
+    code, _, state = xmlrpc.client.ServerProxy(sys.argv[1]).getSystemState("/acl_probe")
+    print("ok" if code == 1 else f"fail: code {code}")
+except (OSError, xmlrpc.client.Error) as e:
+    print("fail:", e)
+"""
+
+
+@pytest.mark.skipif(shutil.which("rosmaster") is None, reason="ROS not installed (scripts/setup)")
+def test_team_mate_reaches_ros_master_other_team_cannot(net: dict[str, Any]) -> None:
+    """A real ROS master on alpha-robot2: alpha-robot1 queries it over the overlay, bravo-robot1
+    cannot even open TCP to it."""
+    n: Net = net["net"]
+    ip = net["ips"]["alpha-robot2"]
+    env = dict(os.environ, ROS_HOSTNAME=ip, ROS_HOME=str(n.root / "hosts" / "alpha-robot2" / "ros"))
+    n.popen(n.name(HOSTS["alpha-robot2"][0]), ["rosmaster", "--core", "-p", "11311"],
+            n.root / "hosts" / "alpha-robot2" / "rosmaster.log", env=env)
+    uri = f"http://{ip}:11311/"
+
+    def query(src: str) -> str:
+        return sh("ip", "netns", "exec", n.name(HOSTS[src][0]), "/usr/bin/python3", "-c", MASTER_QUERY, uri, "3",
+                  check=False).stdout.strip()
+
+    wait_for(f"alpha-robot1 -> ROS master {uri} getSystemState", lambda: query("alpha-robot1") == "ok", 30)
+    out = query("bravo-robot1")
+    print(f"bravo-robot1 -> alpha-robot2's ROS master: {out}")
+    assert out.startswith("fail"), f"bravo-robot1 reached alpha-robot2's ROS master: {out}"
