@@ -61,13 +61,6 @@ def replace_block(content: str, block: str, path: str = "hosts file") -> str:
     return content[:begin] + block + after
 
 
-def remove_block(content: str, path: str = "hosts file") -> str:
-    """content without the managed block."""
-    if BEGIN not in content and END not in content:
-        return content
-    return replace_block(content, "", path)
-
-
 def is_mount_point(path: str) -> bool:
     """True when path is itself a mount point (e.g. a bind-mounted /etc/hosts)."""
     real = os.path.realpath(path)

@@ -12,7 +12,7 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
-from typing import Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Optional, Tuple
 
 from . import links
 from .config import RobotConfig
@@ -33,6 +33,7 @@ from .peers import (
     parse_status,
     path_changes,
     ping_path,
+    with_latency,
 )
 from .ros_env import RosEnv, compute_env, resolve, tcp_answers
 from .tailscale import LocalAPI, TailscaleError, netcheck
@@ -129,19 +130,13 @@ class OverlayMonitor:
             return path_changes(old, Snapshot("", None, ()))
         self.error = ""
         snap = parse_status(raw)
-        with self._lock:
-            lat = dict(self._latency)
-        snap = replace(snap, peers=tuple(
-            replace(p, latency_ms=lat.get(self._key(p), math.nan)) for p in snap.peers))
         old = self.snapshot
         changes = path_changes(old, snap)
-        moved = {self._key(e.peer) for e in changes if e.old_path}
-        if moved:  # a latency measured on the old path says nothing about the new one
-            with self._lock:
-                for k in moved:
-                    self._latency.pop(k, None)
-            snap = replace(snap, peers=tuple(
-                replace(p, latency_ms=math.nan) if self._key(p) in moved else p for p in snap.peers))
+        with self._lock:
+            for ev in changes:
+                if ev.old_path:  # a latency measured on the old path says nothing about the new one
+                    self._latency.pop(self._key(ev.peer), None)
+            snap = with_latency(snap, self._latency)
         self.snapshot = snap
         if self.cfg.node.manage_hosts:
             self._update_hosts(snap)
@@ -277,8 +272,7 @@ class OverlayMonitor:
             result = links.measure(peer.ipv4, self.cfg.node.iperf_port, duration_s, udp_mbps)
         except links.LinkError as exc:
             return False, links.LinkResult(), peer.path, f"{peer.name}: {exc}"
-        self.poll()
-        after = self.find(name)
+        after = self.find(name)  # the node's poll loop keeps the snapshot fresh during the run
         return True, result, (after or peer).path, ""
 
     # ----- preflight and diagnostics --------------------------------------------------------
@@ -389,5 +383,3 @@ class OverlayMonitor:
         """Stop background pings."""
         self._pool.shutdown(wait=False, cancel_futures=True)
 
-
-KNOWN_PATHS: Sequence[str] = (PATH_UNKNOWN, PATH_IDLE, PATH_DIRECT, PATH_DERP, PATH_PEER_RELAY, PATH_OFFLINE)

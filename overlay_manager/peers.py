@@ -27,8 +27,6 @@ PATH_OFFLINE = "offline"
 PATH_SELF = "self"
 PATHS = (PATH_UNKNOWN, PATH_IDLE, PATH_DIRECT, PATH_DERP, PATH_PEER_RELAY, PATH_OFFLINE)
 
-ZERO_TIME = "0001-01-01T00:00:00Z"
-
 
 @dataclass(frozen=True)
 class PeerState:
