@@ -199,14 +199,9 @@ def path_bench(trials: int, timeout: float, settle: float) -> Dict[str, Any]:
         say(f"lab up (run {lab.run_id}) from {SPEC}")
         lab.up()
         out["run_id"] = lab.run_id
-        say("starting robot.launch on robot1 (master)")
-        procs.append(robots.start_robot(lab, ROBOT, master=True))
-        say(f"waiting up to 90 s for {N_ROBOT}/peers")
-        robots.peers(lab, ROBOT, timeout=90, node=N_ROBOT)
-        say("starting robot.launch on laptop")
-        procs.append(robots.start_robot(lab, LAPTOP, master=False))
-        say(f"waiting up to 120 s for {N_LAPTOP}/peers listing robot1")
-        robots.peers(lab, LAPTOP, min_peers=1, timeout=120, node=N_LAPTOP)
+        say(f"robot.launch on robot1 (master), then laptop; waiting for {N_ROBOT}/peers and "
+            f"{N_LAPTOP}/peers listing robot1 (90 s / 120 s)")
+        robots.start_master_then(lab, ROBOT, [LAPTOP], procs)
 
         say("waiting up to 60 s for a direct path (laptop ~ping_peer robot1)")
         deadline = time.monotonic() + 60

@@ -194,12 +194,25 @@ def json_result(res: subprocess.CompletedProcess, what: str) -> Dict[str, Any]:
     raise LabError(f"{what} printed no result (exit {res.returncode}): {res.stderr.strip()[-1500:]}")
 
 
-def print_launch_logs(lab: Any, hosts: Sequence[str], lines: int = 40) -> None:
-    """Print the tail of each host's robot.launch.log (for a failing fixture's output)."""
+def print_launch_logs(lab: Any, hosts: Sequence[str], lines: int = 40, name: str = "robot.launch.log") -> None:
+    """Print the tail of each host's log file (for a failing fixture's output)."""
     for h in hosts:
-        log = Path(lab.host_dir(h)) / "robot.launch.log"
+        log = Path(lab.host_dir(h)) / name
         if log.exists():
-            print(f"---- {h} robot.launch.log (tail)\n" + "\n".join(log.read_text().splitlines()[-lines:]))
+            print(f"---- {h} {name} (tail)\n" + "\n".join(log.read_text(errors="replace").splitlines()[-lines:]))
+
+
+def start_master_then(lab: Any, master: str, others: Sequence[str], procs: list,
+                      timeout: float = 120.0) -> None:
+    """robot.launch on master (roscore there), wait for its ~peers; then on each of others and
+    wait until each lists at least one peer. Started processes are appended to procs as they
+    start, so the caller's finally can stop them (robots.stop) whatever fails."""
+    procs.append(start_robot(lab, master, master=True))
+    peers(lab, master, timeout=90, node=f"/{master}/overlay_manager")
+    for h in others:
+        procs.append(start_robot(lab, h, master=False))
+    for h in others:
+        peers(lab, h, min_peers=1, timeout=timeout, node=f"/{h}/overlay_manager")
 
 
 def call(lab: Any, host: str, service: str, srv_type: str, timeout: float = 60.0, **fields: Any) -> Dict[str, Any]:

@@ -185,6 +185,15 @@ def _alive(pid: int) -> bool:
         return False
 
 
+def _signal_pids(pids: Sequence[int], sig: int) -> None:
+    """Send sig to each pid; pids that already exited are skipped."""
+    for p in pids:
+        try:
+            os.kill(p, sig)
+        except ProcessLookupError:
+            pass
+
+
 def terminate_pids(pids: Sequence[int], what: str, echo: Echo = default_echo,
                    grace: float = 5.0) -> None:
     """SIGTERM each pid, wait up to ``grace`` seconds, then SIGKILL what is left (by pid).
@@ -196,11 +205,7 @@ def terminate_pids(pids: Sequence[int], what: str, echo: Echo = default_echo,
     if not live:
         return
     echo(f"stop {what}: kill -TERM {' '.join(map(str, live))}")
-    for p in live:
-        try:
-            os.kill(p, signal.SIGTERM)
-        except ProcessLookupError:
-            pass
+    _signal_pids(live, signal.SIGTERM)
     deadline = time.monotonic() + grace
     while time.monotonic() < deadline:
         live = [p for p in live if _alive(p)]
@@ -208,11 +213,7 @@ def terminate_pids(pids: Sequence[int], what: str, echo: Echo = default_echo,
             return
         time.sleep(0.05)
     echo(f"stop {what}: still running after {grace:g}s, kill -KILL {' '.join(map(str, live))}")
-    for p in live:
-        try:
-            os.kill(p, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+    _signal_pids(live, signal.SIGKILL)
     wait_for(f"{what} (pids {live}) to exit after SIGKILL",
              lambda: not any(_alive(p) for p in live), timeout=5.0)
 

@@ -26,9 +26,8 @@ import signal
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Iterator
 
 import pytest
 import yaml
@@ -40,6 +39,7 @@ from overlay_manager.fleet.bundle import write_bundle  # noqa: E402
 from overlay_manager.fleet.config import load_fleet  # noqa: E402
 from overlay_manager.fleet.deploy import init_deployment  # noqa: E402
 from overlay_manager.fleet.ops import fleet_status  # noqa: E402
+from overlay_manager.lab.system import wait_for  # noqa: E402 - bounded poll naming what it waits for
 
 BIN = REPO / ".tools" / "bin"
 HEADSCALE, TAILSCALE, TAILSCALED = BIN / "headscale", BIN / "tailscale", BIN / "tailscaled"
@@ -79,20 +79,6 @@ def sh(*argv: str, check: bool = True) -> subprocess.CompletedProcess:
     if check and res.returncode != 0:
         raise AssertionError(f"{' '.join(argv)} failed: {res.stderr.strip()}")
     return res
-
-
-def wait_for(what: str, check: Callable[[], Any], timeout: float) -> Any:
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while time.monotonic() < deadline:
-        try:
-            last = check()
-        except Exception as e:  # noqa: BLE001 - reported on timeout
-            last = e
-        if last and not isinstance(last, Exception):
-            return last
-        time.sleep(0.3)
-    pytest.fail(f"timed out after {timeout:.0f} s waiting for {what}; last result: {last!r}")
 
 
 class Net:

@@ -25,7 +25,6 @@ import socket
 import subprocess
 import sys
 import tempfile
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator
@@ -41,6 +40,7 @@ from overlay_manager.fleet.bundle import read_key_record, write_bundle  # noqa: 
 from overlay_manager.fleet.config import FleetConfig, FleetError, load_fleet  # noqa: E402
 from overlay_manager.fleet.deploy import Deployment, apply_policy, init_deployment  # noqa: E402
 from overlay_manager.fleet.ops import fleet_status, revoke, rotate  # noqa: E402
+from overlay_manager.lab.system import wait_for as lab_wait_for  # noqa: E402
 
 BIN = REPO / ".tools" / "bin"
 HEADSCALE, TAILSCALE, TAILSCALED = BIN / "headscale", BIN / "tailscale", BIN / "tailscaled"
@@ -49,21 +49,12 @@ pytestmark = pytest.mark.skipif(bool(_missing), reason=f"needs {', '.join(_missi
 
 
 def wait_for(what: str, check: Callable[[], Any], timeout: float, log: Path | None = None) -> Any:
-    """Poll ``check`` until it returns something truthy; fail naming ``what`` after ``timeout`` s."""
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while time.monotonic() < deadline:
-        try:
-            last = check()
-        except Exception as e:  # noqa: BLE001 - report the last failure on timeout
-            last = e
-        if last and not isinstance(last, Exception):
-            return last
-        time.sleep(0.2)
-    tail = ""
-    if log is not None and log.exists():
-        tail = "\n--- " + str(log) + " (tail) ---\n" + "\n".join(log.read_text(errors="replace").splitlines()[-25:])
-    pytest.fail(f"timed out after {timeout:.0f} s waiting for {what}; last result: {last!r}{tail}")
+    """The lab's bounded poll (names ``what`` on timeout), plus the tail of ``log`` as last state."""
+    def tail() -> str:
+        if log is None or not log.exists():
+            return "no log"
+        return "\n--- " + str(log) + " (tail) ---\n" + "\n".join(log.read_text(errors="replace").splitlines()[-25:])
+    return lab_wait_for(what, check, timeout, interval=0.2, detail=tail)
 
 
 def free_port(kind: int = socket.SOCK_STREAM) -> int:

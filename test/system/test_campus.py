@@ -55,13 +55,6 @@ def node(host: str) -> str:
     return f"/{host}/overlay_manager"
 
 
-def _log_tails(lab: Any, hosts: List[str], name: str = "robot.launch.log", lines: int = 30) -> None:
-    for h in hosts:
-        log = Path(lab.host_dir(h)) / name
-        if log.exists():
-            print(f"---- {h} {name} (tail)\n" + "\n".join(log.read_text(errors="replace").splitlines()[-lines:]))
-
-
 @pytest.fixture(scope="module")
 def campus(lab_factory):
     """The campus up, robot.launch on every host (robot1 is the master), every node listing its
@@ -83,7 +76,7 @@ def campus(lab_factory):
         procs.append(robots.start_echo(lab, MASTER))
         yield lab
     except Exception:
-        _log_tails(lab, lab.hosts)
+        robots.print_launch_logs(lab, lab.hosts, lines=30)
         raise
     finally:
         for p in reversed(procs):

@@ -33,7 +33,7 @@ REPO = Path(__file__).resolve().parents[2]
 TWO_BUILDINGS = REPO / "config" / "lab" / "two_buildings.yaml"
 ARTIFACT = REPO / "artifacts" / "dashboard_live.png"
 ROBOT, LAPTOP = "robot1", "laptop"
-N_ROBOT, N_LAPTOP = f"/{ROBOT}/overlay_manager", f"/{LAPTOP}/overlay_manager"
+N_LAPTOP = f"/{LAPTOP}/overlay_manager"
 
 
 def _row(state: Optional[Dict[str, Any]], name: str) -> Dict[str, Any]:
@@ -178,10 +178,7 @@ def live_lab(lab_factory: Callable[..., Any]) -> Iterator[Any]:
     lab = lab_factory(TWO_BUILDINGS)
     procs = []
     try:
-        procs.append(robots.start_robot(lab, ROBOT, master=True))
-        robots.peers(lab, ROBOT, timeout=90, node=N_ROBOT)
-        procs.append(robots.start_robot(lab, LAPTOP, master=False))
-        robots.peers(lab, LAPTOP, min_peers=1, timeout=90, node=N_LAPTOP)
+        robots.start_master_then(lab, ROBOT, [LAPTOP], procs, timeout=90)
         procs.append(lab.popen(LAPTOP, ["ping", "-n", "-i", "0.2", lab.overlay_ip(ROBOT)],
                                log=Path(lab.host_dir(LAPTOP)) / "overlay_ping.log"))
         yield lab

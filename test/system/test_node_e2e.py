@@ -25,11 +25,9 @@ N_ROBOT, N_LAPTOP = f"/{ROBOT}/overlay_manager", f"/{LAPTOP}/overlay_manager"
 def fleet_up(two_buildings_lab):
     """robot.launch on robot1 (master) and laptop; stopped by pid at the end."""
     lab = two_buildings_lab
-    procs = [robots.start_robot(lab, ROBOT, master=True)]
+    procs = []
     try:
-        robots.peers(lab, ROBOT, timeout=90, node=N_ROBOT)
-        procs.append(robots.start_robot(lab, LAPTOP, master=False))
-        robots.peers(lab, LAPTOP, min_peers=1, timeout=120, node=N_LAPTOP)
+        robots.start_master_then(lab, ROBOT, [LAPTOP], procs)
         yield lab
     except Exception:
         robots.print_launch_logs(lab, (ROBOT, LAPTOP))
