@@ -1,0 +1,85 @@
+"""files.atomic_write: content, mode from the first byte, fixed temp name, cleanup on errors."""
+import os
+import stat
+import threading
+
+import pytest
+
+from overlay_manager import files
+
+
+def _leftovers(d):
+    return sorted(f for f in os.listdir(d) if f.endswith(files.TMP_SUFFIX))
+
+
+def test_writes_bytes_with_mode_and_no_temp(tmp_path):
+    p = tmp_path / "f.yaml"
+    old = os.umask(0o077)
+    try:
+        assert files.atomic_write(p, b"a: 1\n", 0o644) is True
+    finally:
+        os.umask(old)
+    assert p.read_bytes() == b"a: 1\n"
+    assert stat.S_IMODE(os.stat(p).st_mode) == 0o644
+    assert _leftovers(tmp_path) == []
+
+
+def test_only_if_changed_skips_equal_content_but_fixes_mode(tmp_path):
+    p = tmp_path / "k"
+    files.atomic_write(p, b"x", 0o644)
+    ino = os.stat(p).st_ino
+    assert files.atomic_write(p, b"x", 0o600, only_if_changed=True) is False
+    assert os.stat(p).st_ino == ino and stat.S_IMODE(os.stat(p).st_mode) == 0o600
+    assert files.atomic_write(p, b"y", 0o600, only_if_changed=True) is True
+    assert p.read_bytes() == b"y"
+
+
+def test_leftover_temp_of_a_killed_writer_is_reused(tmp_path):
+    p = tmp_path / "hosts"
+    tmp = files.tmp_path_for(p)
+    with open(tmp, "wb") as fh:
+        fh.write(b"half-written garbage that is longer than the new content\n")
+    os.chmod(tmp, 0o666)
+    files.atomic_write(p, b"new\n", 0o600)
+    assert p.read_bytes() == b"new\n"
+    assert stat.S_IMODE(os.stat(p).st_mode) == 0o600
+    assert _leftovers(tmp_path) == []
+
+
+def test_error_removes_temp_and_keeps_target(tmp_path, monkeypatch):
+    p = tmp_path / "f"
+    p.write_bytes(b"old")
+
+    def boom(fd):
+        raise OSError(28, "No space left on device")
+    monkeypatch.setattr(files.os, "fsync", boom)
+    with pytest.raises(OSError, match="No space"):
+        files.atomic_write(p, b"new", 0o644)
+    assert p.read_bytes() == b"old"
+    assert _leftovers(tmp_path) == []
+
+
+def test_text_is_refused(tmp_path):
+    with pytest.raises(TypeError, match="bytes"):
+        files.atomic_write(tmp_path / "f", "text", 0o644)  # type: ignore[arg-type]
+
+
+def test_concurrent_writers_take_turns(tmp_path):
+    p = tmp_path / "f"
+    payloads = [bytes([65 + i]) * 200_000 for i in range(6)]
+    errors = []
+
+    def run(data):
+        try:
+            for _ in range(5):
+                files.atomic_write(p, data, 0o644)
+        except Exception as exc:  # noqa: BLE001 - collected and asserted below
+            errors.append(exc)
+    threads = [threading.Thread(target=run, args=(d,)) for d in payloads]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    assert p.read_bytes() in payloads
+    assert _leftovers(tmp_path) == []
