@@ -15,7 +15,7 @@ from .tailscale import EnrolError, EnrolRequest, LocalAPI, TailscaleError, enrol
 class EnrolResult:
     """What ensure_enrolled did."""
 
-    action: str          # "already-enrolled" | "enrolled"
+    action: str          # "already-enrolled" | "enrolled" | "re-enrolled"
     backend_state: str   # tailscaled's BackendState afterwards
     message: str
 
@@ -32,8 +32,13 @@ def _same_server(a: str, b: str) -> bool:
     return a.rstrip("/").lower() == b.rstrip("/").lower()
 
 
-def ensure_enrolled(api: LocalAPI, cfg: RobotConfig, wait_s: Optional[float] = None) -> EnrolResult:
+def ensure_enrolled(api: LocalAPI, cfg: RobotConfig, wait_s: Optional[float] = None,
+                    reauth: bool = False) -> EnrolResult:
     """Log in to cfg.login_server unless tailscaled already runs logged in to it.
+
+    With reauth, log in again with cfg.auth_key_file even when already logged in to that server
+    (`tailscale up --force-reauth` with the same flags as the first enrolment, so tailscale does
+    not refuse it for leaving settings out). For a new key after `fleet rotate` or an expired node.
 
     Raises:
         EnrolError: logged in to another server, no key file, bad key file, `tailscale up` failed,
@@ -44,13 +49,19 @@ def ensure_enrolled(api: LocalAPI, cfg: RobotConfig, wait_s: Optional[float] = N
     state = status.get("BackendState", "") if isinstance(status, dict) else ""
     prefs = api.prefs()
     control = prefs.get("ControlURL", "") if isinstance(prefs, dict) else ""
-    if state in ("Running", "Starting") and control:
+    logged_in = state in ("Running", "Starting") and bool(control)
+    if logged_in and not reauth:
         if not _same_server(control, cfg.login_server):
             raise EnrolError(
                 f"tailscaled is logged in to {control}, but {cfg.source} says login_server "
                 f"{cfg.login_server}; not re-enrolling. Run `tailscale logout` first to switch servers."
             )
         return EnrolResult("already-enrolled", state, f"already enrolled at {control}")
+    if reauth and control and not _same_server(control, cfg.login_server):
+        raise EnrolError(
+            f"tailscaled is logged in to {control}, but {cfg.source} says login_server "
+            f"{cfg.login_server}; not re-enrolling. Run `tailscale logout` first to switch servers."
+        )
     if not cfg.auth_key_file:
         raise EnrolError(
             f"tailscaled is not logged in (state {state or 'unknown'}) and {cfg.source} has no "
@@ -59,6 +70,7 @@ def ensure_enrolled(api: LocalAPI, cfg: RobotConfig, wait_s: Optional[float] = N
     request = EnrolRequest(
         login_server=cfg.login_server, hostname=cfg.hostname, auth_key_file=cfg.auth_key_file,
         tags=list(cfg.tags), accept_dns=cfg.tailscale.accept_dns, timeout_s=cfg.tailscale.up_timeout,
+        force_reauth=reauth,
     )
     try:
         enrol(cfg.tailscale.cli, api.socket_path, request, env=tailscale_env(cfg))
@@ -78,7 +90,8 @@ def ensure_enrolled(api: LocalAPI, cfg: RobotConfig, wait_s: Optional[float] = N
         except TailscaleError:
             state = ""
         if state == "Running":
-            return EnrolResult("enrolled", state, f"enrolled at {cfg.login_server} as {cfg.hostname}")
+            action = "re-enrolled" if reauth else "enrolled"
+            return EnrolResult(action, state, f"{action} at {cfg.login_server} as {cfg.hostname}")
         if time.monotonic() > deadline:
             raise EnrolError(f"after `tailscale up`, tailscaled is in state {state or 'unknown'}, "
                              f"not Running (waited for Running)")

@@ -6,12 +6,18 @@ prints ``export ROS_HOSTNAME=<this machine's overlay name>``, ``export
 ROS_MASTER_URI=http://<master's overlay name>:<port>`` and ``unset ROS_IP``. It needs only the
 config (overlay name = <hostname>.<base_domain>), so it works before the node runs. Options can
 enrol the machine, write the managed hosts block and wait for the master first.
+
+``--env-file FILE`` writes the same variables as a systemd EnvironmentFile instead (``KEY=value``
+lines, no ``export``/``unset``; systemd rejects those), replacing FILE atomically. Exit status is
+non-zero, and FILE is left untouched, whenever any step fails, so a unit that needs the file (or
+a shell that checks the status) does not start with stale names.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import re
 import shlex
 import shutil
 import socket
@@ -19,7 +25,8 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass
-from typing import List, Optional
+from pathlib import Path
+from typing import List, Optional, Tuple
 
 from .config import ConfigError, RobotConfig, load_robot_config
 
@@ -39,12 +46,42 @@ class RosEnv:
         """This machine's short name (robot.launch puts its node under /<short name>/)."""
         return self.ros_hostname.split(".", 1)[0]
 
+    def variables(self) -> List[Tuple[str, str]]:
+        """(name, value) of every variable set for ROS, in output order."""
+        return [("ROS_HOSTNAME", self.ros_hostname), ("ROS_MASTER_URI", self.ros_master_uri),
+                ("OVERLAY_MANAGER_HOST", self.short_name)]
+
+    def environment_file(self) -> str:
+        """A systemd EnvironmentFile (KEY=value lines). ROS_IP cannot be unset here: ROS_HOSTNAME
+        takes precedence over it in every ROS client library, and the shipped units unset it."""
+        lines = ["# overlay names for ROS (written by overlay_env --env-file; do not edit)"]
+        lines += [f"{k}={_systemd_value(v)}" for k, v in self.variables()]
+        return "\n".join(lines) + "\n"
+
     def shell(self) -> str:
-        """Lines for eval in sh/bash/zsh (and systemd EnvironmentFile after stripping 'export ')."""
+        """Lines for eval in sh/bash/zsh (systemd wants environment_file() instead)."""
         return (f"export ROS_HOSTNAME={shlex.quote(self.ros_hostname)}\n"
                 f"export ROS_MASTER_URI={shlex.quote(self.ros_master_uri)}\n"
                 "unset ROS_IP\n"
                 f"export OVERLAY_MANAGER_HOST={shlex.quote(self.short_name)}\n")
+
+
+_SYSTEMD_BARE = re.compile(r"^[A-Za-z0-9_.:/@%+,=-]*$")
+
+
+def _systemd_value(value: str) -> str:
+    """value quoted for a systemd EnvironmentFile: bare when plain, else in double quotes."""
+    if _SYSTEMD_BARE.match(value):
+        return value
+    if "\n" in value or "\r" in value:
+        raise ValueError(f"a line break cannot go into an EnvironmentFile value: {value!r}")
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def write_env_file(path: str, env: RosEnv) -> bool:
+    """Write env as a systemd EnvironmentFile at path (mode 0644, atomic). True when it changed."""
+    from .fleet.deploy import write_atomic
+    return write_atomic(Path(path), env.environment_file(), 0o644)
 
 
 def compute_env(cfg: RobotConfig, self_dns_name: str = "") -> RosEnv:
@@ -84,15 +121,17 @@ def _err(msg: str) -> None:
     print(f"overlay_env: {msg}", file=sys.stderr)
 
 
-def _enrol_and_write_hosts(cfg: RobotConfig, enrol: bool, write_hosts: bool, quiet: bool = False) -> str:
-    """Enrol if asked, write the hosts block if asked; returns this machine's overlay name."""
+def _enrol_and_write_hosts(cfg: RobotConfig, enrol: bool, write_hosts: bool, quiet: bool = False,
+                           reauth: bool = False) -> str:
+    """Enrol if asked (log in again with a new key if reauth), write the hosts block if asked;
+    returns this machine's overlay name."""
     from .enrolment import ensure_enrolled
     from .hosts import HostsError, entries_for, update_hosts_file
     from .peers import parse_status
     from .tailscale import LocalAPI, TailscaleError
     api = LocalAPI(cfg.tailscale.socket)
     if enrol:
-        result = ensure_enrolled(api, cfg)
+        result = ensure_enrolled(api, cfg, reauth=reauth)
         if not quiet:
             print(f"overlay_env: {result.message}", file=sys.stderr)
     snap = parse_status(api.status())
@@ -117,13 +156,23 @@ def main(argv: Optional[List[str]] = None) -> int:
                     help=f"robot config (default ${CONFIG_ENV} or {DEFAULT_CONFIG})")
     ap.add_argument("--enrol", action="store_true",
                     help="log tailscaled in first if it is not (uses auth_key_file)")
+    ap.add_argument("--reauth", action="store_true",
+                    help="with --enrol: log in again with auth_key_file even if already logged in "
+                         "(a new key from `fleet rotate`, or a node key that expired); keeps this "
+                         "machine's name and settings")
     ap.add_argument("--write-hosts", action="store_true",
                     help="write the managed overlay-names block into node.hosts_file now")
     ap.add_argument("--wait-master", type=float, default=0.0, metavar="SECONDS",
                     help="wait up to SECONDS for the master's XML-RPC port to answer")
+    ap.add_argument("--env-file", metavar="FILE",
+                    help="write the variables to FILE as a systemd EnvironmentFile (KEY=value) "
+                         "instead of printing shell lines; FILE is replaced atomically, and left "
+                         "untouched when anything fails")
     ap.add_argument("--install-ca", action="store_true",
                     help="install ca_cert into the system trust store (root) and exit")
     args = ap.parse_args(argv)
+    if args.reauth and not args.enrol:
+        ap.error("--reauth needs --enrol")
     try:
         cfg = load_robot_config(args.config)
     except ConfigError as exc:
@@ -140,7 +189,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     if args.enrol or args.write_hosts:
         from .tailscale import TailscaleError
         try:
-            self_dns = _enrol_and_write_hosts(cfg, args.enrol, args.write_hosts)
+            self_dns = _enrol_and_write_hosts(cfg, args.enrol, args.write_hosts, reauth=args.reauth)
         except (TailscaleError, OSError) as exc:
             _err(str(exc))
             return 1
@@ -160,5 +209,14 @@ def main(argv: Optional[List[str]] = None) -> int:
                     _enrol_and_write_hosts(cfg, False, True, quiet=True)
                 except Exception as exc:  # noqa: BLE001 - keep waiting; report at the deadline
                     _err(f"refreshing {cfg.node.hosts_file}: {exc}")
+    if args.env_file:
+        try:
+            changed = write_env_file(args.env_file, env)
+        except (OSError, ValueError) as exc:
+            _err(f"cannot write {args.env_file}: {exc}")
+            return 1
+        print(f"overlay_env: {args.env_file}: {'written' if changed else 'unchanged'} "
+              f"(ROS_HOSTNAME={env.ros_hostname}, ROS_MASTER_URI={env.ros_master_uri})", file=sys.stderr)
+        return 0
     sys.stdout.write(env.shell())
     return 0

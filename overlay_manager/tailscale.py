@@ -55,6 +55,19 @@ class AccessDenied(TailscaleError):
         self.socket_path = socket_path
 
 
+class LocalAPITimeout(TailscaleError):
+    """tailscaled accepted the request but did not answer within the timeout (a hung daemon)."""
+
+    def __init__(self, socket_path: str, path: str, timeout_s: float) -> None:
+        super().__init__(f"tailscaled at {socket_path} did not answer {path} within {timeout_s:.1f} s")
+        self.socket_path = socket_path
+
+
+def _describe(exc: BaseException) -> str:
+    text = str(exc).strip()[:200]
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
 class LocalAPIError(TailscaleError):
     """tailscaled answered a LocalAPI request with an HTTP error."""
 
@@ -66,6 +79,15 @@ class LocalAPIError(TailscaleError):
             pass
         super().__init__(f"tailscaled LocalAPI {endpoint}: HTTP {status}: {body[:300]}")
         self.status = status
+
+
+class LocalAPIProtocolError(TailscaleError):
+    """tailscaled's socket answered something that is not a usable HTTP reply: not HTTP at all,
+    a body cut short, or the connection closed before any answer."""
+
+    def __init__(self, socket_path: str, path: str, detail: str) -> None:
+        super().__init__(f"tailscaled at {socket_path} gave a broken answer to {path}: {detail}")
+        self.socket_path = socket_path
 
 
 class EnrolError(TailscaleError):
@@ -125,9 +147,11 @@ class LocalAPI:
             except PermissionError:
                 raise AccessDenied(self.socket_path) from None
             except socket.timeout:
-                raise TailscaleError(
-                    f"tailscaled at {self.socket_path} did not answer {path} within {timeout:.1f} s"
-                ) from None
+                raise LocalAPITimeout(self.socket_path, path, timeout) from None
+            except http.client.HTTPException as exc:  # BadStatusLine, IncompleteRead, LineTooLong, ...
+                raise LocalAPIProtocolError(self.socket_path, path, _describe(exc)) from None
+            except ConnectionResetError:
+                raise LocalAPIProtocolError(self.socket_path, path, "connection reset") from None
             except OSError as exc:
                 raise TailscaledNotRunning(self.socket_path, exc.strerror or str(exc)) from None
         finally:
@@ -151,12 +175,16 @@ class LocalAPI:
             raise LocalAPIError(endpoint, status, data.decode("utf-8", "replace"))
         try:
             return json.loads(data.decode("utf-8")) if data else None
-        except ValueError as exc:
-            raise LocalAPIError(endpoint, status, f"not JSON: {exc}") from None
+        except (ValueError, RecursionError) as exc:  # UnicodeDecodeError is a ValueError
+            raise LocalAPIError(endpoint, status, f"not JSON: {_describe(exc)}") from None
 
-    def status(self) -> Dict[str, Any]:
-        """The full status (ipnstate.Status as JSON), peers included."""
-        result = self._request("GET", "status")
+    def status(self, timeout: Optional[float] = None) -> Dict[str, Any]:
+        """The full status (ipnstate.Status as JSON), peers included.
+
+        Args:
+            timeout: seconds for this request (default: the client's timeout).
+        """
+        result = self._request("GET", "status", timeout=timeout)
         if not isinstance(result, dict):
             raise LocalAPIError("status", 200, "expected a JSON object")
         return result
@@ -181,10 +209,8 @@ class LocalAPI:
             result = self._request(
                 "POST", "ping", {"ip": ip, "type": ping_type}, body=b"", timeout=timeout
             )
-        except TailscaleError as exc:
-            if "did not answer" in str(exc):
-                return {"Err": f"no answer within {timeout:.1f} s", "IP": ip}
-            raise
+        except LocalAPITimeout:
+            return {"Err": f"no answer within {timeout:.1f} s", "IP": ip}
         return result if isinstance(result, dict) else {"Err": "empty ping result", "IP": ip}
 
 
@@ -199,6 +225,7 @@ class EnrolRequest:
     tags: List[str]
     accept_dns: bool = False
     timeout_s: float = 30.0
+    force_reauth: bool = False  # log in again although already logged in (--force-reauth)
 
 
 def check_key_file(path: str) -> None:
@@ -250,7 +277,7 @@ def enrol(
         f"--hostname={request.hostname}",
         f"--accept-dns={'true' if request.accept_dns else 'false'}",
         f"--timeout={int(request.timeout_s)}s",
-    ]
+    ] + (["--force-reauth"] if request.force_reauth else [])
     try:
         proc = subprocess.run(
             argv,
