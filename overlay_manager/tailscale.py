@@ -199,6 +199,17 @@ class LocalAPI:
         result = self._request("GET", "derpmap")
         return result if isinstance(result, dict) else {}
 
+    def edit_prefs(self, masked: Dict[str, Any]) -> Dict[str, Any]:
+        """Change preferences (PATCH prefs with an ipn.MaskedPrefs body: the fields to change
+        plus ``<Field>Set: true`` for each); returns the prefs after the change."""
+        result = self._request("PATCH", "prefs", body=json.dumps(masked).encode("utf-8"))
+        return result if isinstance(result, dict) else {}
+
+    def peer_relay_sessions(self) -> Dict[str, Any]:
+        """This machine's peer relay server: port and sessions (status.ServerStatus as JSON)."""
+        result = self._request("GET", "debug-peer-relay-sessions")
+        return result if isinstance(result, dict) else {}
+
     def ping(self, ip: str, ping_type: str = "disco", timeout: float = 5.0) -> Dict[str, Any]:
         """One ping to an overlay IP (ipnstate.PingResult as JSON).
 

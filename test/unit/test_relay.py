@@ -1,0 +1,147 @@
+"""This machine as a peer relay: robot config section, LocalAPI prefs patch, sessions (pure logic;
+the LocalAPI is a fake transport that applies ipn.MaskedPrefs the way tailscaled does)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Dict, List, Optional, Tuple
+
+import pytest
+
+from overlay_manager import relay as R
+from overlay_manager.tailscale import LocalAPI, TailscaleError
+
+
+class PrefsTailscaled:
+    """Keeps ipn.Prefs and applies PATCH bodies field by field (``<Field>Set`` masks)."""
+
+    def __init__(self, prefs: Optional[Dict[str, Any]] = None, supports_relay: bool = True,
+                 sessions: Optional[Dict[str, Any]] = None) -> None:
+        self.prefs: Dict[str, Any] = dict(prefs or {"Hostname": "relay1"})
+        self.supports_relay = supports_relay
+        self.sessions = sessions
+        self.calls: List[Tuple[str, str]] = []
+
+    def __call__(self, method: str, path: str, body: Optional[bytes], timeout: float) -> Tuple[int, bytes]:
+        self.calls.append((method, path))
+        if path == "/localapi/v0/prefs" and method == "GET":
+            return 200, json.dumps(self.prefs).encode()
+        if path == "/localapi/v0/prefs" and method == "PATCH":
+            masked = json.loads(body or b"{}")
+            for key, value in masked.items():
+                if key.endswith("Set") and value is True:
+                    field = key[:-3]
+                    if field.startswith("RelayServer") and not self.supports_relay:
+                        continue
+                    v = masked.get(field)
+                    if v is None or v == []:
+                        self.prefs.pop(field, None)  # Go omits nil/empty with omitempty
+                    else:
+                        self.prefs[field] = v
+            return 200, json.dumps(self.prefs).encode()
+        if path == "/localapi/v0/debug-peer-relay-sessions" and self.sessions is not None:
+            return 200, json.dumps(self.sessions).encode()
+        return 404, b'{"error": "not found"}'
+
+
+def test_settings_defaults_and_canonical_endpoints() -> None:
+    assert R.parse_relay_settings(None) is None
+    assert R.parse_relay_settings({}) == R.RelaySettings(40000, ())
+    s = R.parse_relay_settings({"port": 41000, "static_endpoints": ["192.0.2.1:41000", "[2001:db8::1]:41000",
+                                                                   "192.0.2.1:41000"]})
+    assert s == R.RelaySettings(41000, ("192.0.2.1:41000", "[2001:db8::1]:41000"))
+
+
+@pytest.mark.parametrize("raw,key,words", [
+    ([40000], "relay", "mapping"),
+    ({"prot": 1}, "relay.prot", "unknown key"),
+    ({"port": 0}, "relay.port", "1..65535"),
+    ({"port": True}, "relay.port", "1..65535"),
+    ({"port": "40000"}, "relay.port", "1..65535"),
+    ({"static_endpoints": "1.2.3.4:5"}, "relay.static_endpoints", "list"),
+    ({"static_endpoints": ["relay.example:40000"]}, "relay.static_endpoints[0]", "no host names"),
+    ({"static_endpoints": ["1.2.3.4"]}, "relay.static_endpoints[0]", "ip:port"),
+    ({"static_endpoints": ["2001:db8::1:40000"]}, "relay.static_endpoints[0]", "[addr]:port"),
+])
+def test_settings_errors_name_the_key(raw: Any, key: str, words: str) -> None:
+    with pytest.raises(R.RelaySettingsError) as e:
+        R.parse_relay_settings(raw)
+    assert e.value.key == key and words in str(e.value)
+
+
+def test_patch_only_when_different() -> None:
+    want = R.RelaySettings(40000, ("192.0.2.1:40000",))
+    assert R.relay_prefs_patch({}, None) is None
+    on = R.relay_prefs_patch({}, want)
+    assert on == {"RelayServerPort": 40000, "RelayServerPortSet": True,
+                  "RelayServerStaticEndpoints": ["192.0.2.1:40000"], "RelayServerStaticEndpointsSet": True}
+    have = {"RelayServerPort": 40000, "RelayServerStaticEndpoints": ["192.0.2.1:40000"]}
+    assert R.relay_prefs_patch(have, want) is None
+    assert R.relay_prefs_patch(have, R.RelaySettings(40000, ()))["RelayServerStaticEndpoints"] == []
+    off = R.relay_prefs_patch(have, None)
+    assert off["RelayServerPort"] is None and off["RelayServerPortSet"] is True
+
+
+def test_apply_turns_on_idempotently_and_off() -> None:
+    ts = PrefsTailscaled()
+    api = LocalAPI(transport=ts)
+    want = R.RelaySettings(40000, ())
+    r1 = R.apply_relay(api, want)
+    assert r1.changed and r1.active and "on UDP 40000 (was off)" in r1.message
+    assert ts.prefs["RelayServerPort"] == 40000
+    r2 = R.apply_relay(api, want)
+    assert not r2.changed and r2.active
+    assert ts.calls.count(("PATCH", "/localapi/v0/prefs")) == 1
+    r3 = R.apply_relay(api, None)
+    assert r3.changed and not r3.active and "RelayServerPort" not in ts.prefs
+    assert "off (was on UDP 40000)" in r3.message
+    assert not R.apply_relay(api, None).changed
+
+
+def test_apply_fails_clearly_when_tailscaled_ignores_the_prefs() -> None:
+    api = LocalAPI(transport=PrefsTailscaled(supports_relay=False))
+    with pytest.raises(TailscaleError, match="relay server feature"):
+        R.apply_relay(api, R.RelaySettings())
+
+
+# status.ServerStatus as tailscaled v1.102.5 encodes it (netip.AddrPort -> "ip:port").
+SESSIONS = {
+    "UDPPort": 40000,
+    "Sessions": [
+        {"VNI": 1, "Client1": {"Endpoint": "192.168.0.12:41641", "ShortDisco": "d:1", "PacketsTx": 10,
+                               "BytesTx": 12000},
+         "Client2": {"Endpoint": "192.168.0.13:1234", "ShortDisco": "d:2", "PacketsTx": 9, "BytesTx": 9000}},
+        {"VNI": 2, "Client1": {"Endpoint": "", "BytesTx": 0}, "Client2": {}},
+    ],
+}
+
+
+def test_sessions_parsed() -> None:
+    st = R.parse_relay_sessions(SESSIONS)
+    assert st.port == 40000 and st.active and len(st.sessions) == 2
+    assert st.sessions[0] == R.RelaySession(1, ("192.168.0.12:41641", "192.168.0.13:1234"), (12000, 9000))
+    assert st.sessions[0].bound and not st.sessions[1].bound
+    assert R.parse_relay_sessions({"UDPPort": None, "Sessions": None}) == R.RelayServerState()
+    assert R.parse_relay_sessions([]).error
+
+
+def test_read_state_keeps_errors() -> None:
+    st = R.read_relay_state(LocalAPI(transport=PrefsTailscaled(sessions=None)))
+    assert not st.active and "HTTP 404" in st.error
+    st = R.read_relay_state(LocalAPI(transport=PrefsTailscaled(sessions=SESSIONS)))
+    assert st.port == 40000 and not st.error
+
+
+def test_summary_says_what_it_means() -> None:
+    state = R.parse_relay_sessions(SESSIONS)
+    text, ok = R.relay_summary(R.RelaySettings(40000), state)
+    assert ok and text == "relays on UDP 40000: 2 session(s), 1 carrying traffic"
+    assert R.relay_summary(None, R.RelayServerState()) == ("not a peer relay", True)
+    text, ok = R.relay_summary(None, state)
+    assert not ok and "does not ask for" in text
+    text, ok = R.relay_summary(R.RelaySettings(40000), R.RelayServerState())
+    assert not ok and "relay server is off" in text
+    text, ok = R.relay_summary(R.RelaySettings(41000), state)
+    assert not ok and "serves UDP 40000" in text
+    text, ok = R.relay_summary(R.RelaySettings(40000), R.RelayServerState(error="boom"))
+    assert not ok and "boom" in text
