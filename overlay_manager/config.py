@@ -7,24 +7,29 @@ ca_cert) are resolved against the config file's directory.
 from __future__ import annotations
 
 import os
-import re
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
-import yaml
+from .validation import (
+    ACL_TAG,
+    DNS_LABEL,
+    ConfigError,
+    Reader,
+    is_domain,
+    load_yaml,
+    require_file,
+    shorten,
+    type_name,
+)
 
-DNS_LABEL = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
-TAG = re.compile(r"^tag:[A-Za-z0-9][A-Za-z0-9_-]*$")
+__all__ = ["ConfigError", "NodeSettings", "RobotConfig", "TailscaleSettings", "apply_overrides",
+           "load_robot_config", "parse_robot_config", "require_config_file"]
+TAG = ACL_TAG  # ACL tag pattern (kept under its old name)
 
 
-class ConfigError(ValueError):
-    """A config file (or parameter) is wrong. str() names the file and the key."""
-
-    def __init__(self, source: str, key: str, problem: str) -> None:
-        super().__init__(f"{source}: {key}: {problem}")
-        self.source = source
-        self.key = key
-        self.problem = problem
+def _limits(**kw: float) -> Dict[str, Any]:
+    """Field metadata for a numeric setting's range: gt (exclusive low), ge, le."""
+    return {"limits": kw}
 
 
 @dataclass(frozen=True)
@@ -34,23 +39,25 @@ class TailscaleSettings:
     socket: str = "/var/run/tailscale/tailscaled.sock"  # LocalAPI unix socket
     cli: str = "tailscale"                                # CLI for `up` and `netcheck`
     accept_dns: bool = False                              # let tailscaled manage DNS
-    up_timeout: float = 30.0                              # seconds for enrolment
+    up_timeout: float = field(default=30.0, metadata=_limits(gt=0, le=3600))  # seconds for enrolment
 
 
 @dataclass(frozen=True)
 class NodeSettings:
     """Node behaviour; each key may be overridden by the node's ~private parameter of that name."""
 
-    publish_rate: float = 1.0        # Hz, periodic republish of ~peers and ~status
-    poll_rate: float = 4.0           # Hz, reads of tailscaled status
-    ping_interval: float = 5.0       # s between disco pings to each watched peer; 0 = off
+    publish_rate: float = field(default=1.0, metadata=_limits(gt=0, le=1000))  # Hz, ~peers/~status republish
+    poll_rate: float = field(default=4.0, metadata=_limits(gt=0, le=1000))     # Hz, reads of tailscaled status
+    ping_interval: float = field(default=5.0, metadata=_limits(le=86400))  # s between disco pings; 0 = off
     watch_peers: Tuple[str, ...] = ()  # short names; () = every online peer
     manage_hosts: bool = False       # keep a managed overlay-names block in hosts_file
     hosts_file: str = "/etc/hosts"
     iperf_server: bool = True        # serve iperf3 on the overlay address
-    iperf_port: int = 5201
-    preflight_interval: float = 30.0  # s between preflight runs; 0 = at start and on demand only
-    netcheck_interval: float = 60.0   # s between NAT checks (tailscale netcheck); 0 = at start only
+    iperf_port: int = field(default=5201, metadata=_limits(ge=1, le=65535))
+    # s between preflight runs; 0 = at start and on demand only
+    preflight_interval: float = field(default=30.0, metadata=_limits(le=86400))
+    # s between NAT checks (tailscale netcheck); 0 = at start only
+    netcheck_interval: float = field(default=60.0, metadata=_limits(le=86400))
 
 
 @dataclass(frozen=True)
@@ -80,128 +87,114 @@ class RobotConfig:
         return self.master if "." in self.master else f"{self.master}.{self.base_domain}"
 
 
-def _type_name(t: Any) -> str:
-    return {bool: "a boolean", int: "an integer", float: "a number", str: "a string"}.get(t, str(t))
-
-
-def _check(source: str, key: str, value: Any, want: Any) -> Any:
-    """Value converted to type want, or ConfigError naming key."""
-    if want is float and isinstance(value, (int, float)) and not isinstance(value, bool):
-        return float(value)
-    if want is int and isinstance(value, int) and not isinstance(value, bool):
-        return value
-    if want in (bool, str) and isinstance(value, want):
-        return value
-    raise ConfigError(source, key, f"must be {_type_name(want)}, got {type(value).__name__} {value!r}")
-
-
 def _section(source: str, prefix: str, raw: Any, cls: Any) -> Any:
-    """Validate a nested mapping against a settings dataclass's fields."""
-    if raw is None:
-        return cls()
-    if not isinstance(raw, dict):
-        raise ConfigError(source, prefix, f"must be a mapping, got {type(raw).__name__}")
+    """Validate a nested mapping against a settings dataclass's fields.
+
+    The field's default gives the type: bool, int, float (finite), str, or Tuple[str, ...]
+    (a list of strings). Numbers must not be negative unless the field's metadata says
+    otherwise (``_limits(gt=0, le=1000)``). Adding a key is adding a field.
+    """
+    r = Reader(source)
     known = {f.name: f for f in fields(cls)}
+    data = r.mapping(raw, prefix, known)
+    defaults = cls()
     values: Dict[str, Any] = {}
-    for key, value in raw.items():
+    for key, value in data.items():
         full = f"{prefix}.{key}"
-        if key not in known:
-            raise ConfigError(source, full, f"unknown key (known: {', '.join(sorted(known))})")
-        default = getattr(cls(), key)
+        default = getattr(defaults, key)
+        limits = dict(known[key].metadata.get("limits", {}))
         if isinstance(default, tuple):
-            if not isinstance(value, list) or not all(isinstance(x, str) for x in value):
-                raise ConfigError(source, full, "must be a list of strings")
-            values[key] = tuple(value)
+            values[key] = tuple(r.string_list(value, full))
+        elif isinstance(default, bool):
+            values[key] = r.boolean(value, full)
+        elif isinstance(default, int):
+            values[key] = r.integer(value, full, lo=int(limits.get("ge", 0)),
+                                    hi=None if "le" not in limits else int(limits["le"]))
+        elif isinstance(default, float):
+            gt = limits.get("gt")
+            values[key] = r.number(value, full, lo=gt if gt is not None else limits.get("ge", 0.0),
+                                   hi=limits.get("le"), lo_open=gt is not None)
         else:
-            values[key] = _check(source, full, value, type(default))
-    obj = cls(**values)
-    for f in fields(cls):
-        v = getattr(obj, f.name)
-        if isinstance(v, (int, float)) and not isinstance(v, bool) and v < 0:
-            raise ConfigError(source, f"{prefix}.{f.name}", f"must not be negative, got {v}")
-    return obj
+            values[key] = r.string(value, full, max_len=4096)
+    return cls(**values)
 
 
 _REQUIRED = ("hostname", "login_server", "base_domain", "master")
-_OPTIONAL: Dict[str, Any] = {
-    "auth_key_file": str, "tags": list, "ca_cert": str, "master_port": int,
-    "tailscale": dict, "node": dict,
-}
+_OPTIONAL = ("auth_key_file", "tags", "ca_cert", "master_port", "tailscale", "node")
 
 
 def parse_robot_config(raw: Any, source: str, base_dir: Optional[str] = None) -> RobotConfig:
-    """Validate a loaded YAML mapping. base_dir resolves relative paths (default: source's dir)."""
-    if not isinstance(raw, dict):
-        raise ConfigError(source, "(top level)", "must be a mapping of keys to values")
+    """Validate a loaded YAML mapping. base_dir resolves relative paths (default: source's dir).
+
+    Raises:
+        ConfigError: naming source and the key, for any input.
+    """
+    r = Reader(source)
+    if raw is None:
+        raise r.error("(top level)", "the file is empty; see config/robot.example.yaml")
+    data = r.mapping(raw, "", _REQUIRED + _OPTIONAL, what="a mapping of keys to values")
     base = base_dir if base_dir is not None else os.path.dirname(os.path.abspath(source))
-    for key in raw:
-        if key not in _REQUIRED and key not in _OPTIONAL:
-            known = ", ".join(list(_REQUIRED) + list(_OPTIONAL))
-            raise ConfigError(source, str(key), f"unknown key (known: {known})")
     for key in _REQUIRED:
-        if key not in raw or raw[key] in (None, ""):
-            raise ConfigError(source, key, "missing (required)")
-    hostname = _check(source, "hostname", raw["hostname"], str)
+        if data.get(key) in (None, ""):
+            raise r.error(key, "missing (required)")
+    hostname = r.string(data["hostname"], "hostname")
     if not DNS_LABEL.match(hostname):
-        raise ConfigError(source, "hostname",
-                          f"{hostname!r} is not a DNS label (lowercase a-z, 0-9, '-', at most 63)")
-    login = _check(source, "login_server", raw["login_server"], str)
-    if not re.match(r"^https?://[^/\s]+", login):
-        raise ConfigError(source, "login_server", f"{login!r} is not an http(s) URL")
-    base_domain = _check(source, "base_domain", raw["base_domain"], str).rstrip(".")
-    if not all(DNS_LABEL.match(label) for label in base_domain.split(".")):
-        raise ConfigError(source, "base_domain", f"{base_domain!r} is not a DNS domain")
-    master = _check(source, "master", raw["master"], str).rstrip(".")
-    if not all(DNS_LABEL.match(label) for label in master.split(".")):
-        raise ConfigError(source, "master", f"{master!r} is not a short name or overlay name")
+        raise r.error("hostname", f"{shorten(hostname)} is not a DNS label (lowercase a-z, 0-9, '-', at most 63)")
+    login = r.url(data["login_server"], "login_server")
+    base_domain = r.domain(data["base_domain"], "base_domain", min_labels=1)
+    master = r.string(data["master"], "master").rstrip(".")
+    if not is_domain(master, 1):
+        raise r.error("master", f"{shorten(master)} is not a short name or overlay name")
     tags: List[str] = []
-    if raw.get("tags") is not None:
-        if not isinstance(raw["tags"], list):
-            raise ConfigError(source, "tags", "must be a list like [tag:robot]")
-        for i, t in enumerate(raw["tags"]):
-            if not isinstance(t, str) or not TAG.match(t):
-                raise ConfigError(source, f"tags[{i}]", f"{t!r} is not an ACL tag like 'tag:robot'")
+    if data.get("tags") is not None:
+        if not isinstance(data["tags"], list):
+            raise r.error("tags", f"must be a list like [tag:robot], got {type_name(data['tags'])}")
+        for i, t in enumerate(data["tags"]):
+            if not isinstance(t, str) or not ACL_TAG.match(t):
+                raise r.error(f"tags[{i}]", f"{shorten(t)} is not an ACL tag like 'tag:robot'")
             tags.append(t)
-    port = _check(source, "master_port", raw.get("master_port", 11311), int)
+    port = r.integer(data.get("master_port", 11311), "master_port")
     if not 0 < port < 65536:
-        raise ConfigError(source, "master_port", f"{port} is not a TCP port")
-
-    def path(key: str) -> str:
-        v = raw.get(key)
-        if v in (None, ""):
-            return ""
-        v = _check(source, key, v, str)
-        return v if os.path.isabs(v) else os.path.normpath(os.path.join(base, v))
-
-    ts = _section(source, "tailscale", raw.get("tailscale"), TailscaleSettings)
-    node = _section(source, "node", raw.get("node"), NodeSettings)
-    if not 0 < node.iperf_port < 65536:
-        raise ConfigError(source, "node.iperf_port", f"{node.iperf_port} is not a TCP port")
-    if node.poll_rate <= 0:
-        raise ConfigError(source, "node.poll_rate", "must be > 0")
-    if node.publish_rate <= 0:
-        raise ConfigError(source, "node.publish_rate", "must be > 0")
+        raise r.error("master_port", f"{port} is not a TCP port")
+    ts = _section(source, "tailscale", data.get("tailscale"), TailscaleSettings)
+    node = _check_node(source, _section(source, "node", data.get("node"), NodeSettings))
     return RobotConfig(
-        source=source, hostname=hostname, login_server=login.rstrip("/"), base_domain=base_domain,
-        master=master, auth_key_file=path("auth_key_file"), tags=tuple(tags),
-        ca_cert=path("ca_cert"), master_port=port, tailscale=ts, node=node,
+        source=source, hostname=hostname, login_server=login, base_domain=base_domain,
+        master=master, auth_key_file=r.path(data.get("auth_key_file"), "auth_key_file", base),
+        tags=tuple(tags), ca_cert=r.path(data.get("ca_cert"), "ca_cert", base), master_port=port,
+        tailscale=ts, node=node,
     )
 
 
+def _check_node(source: str, node: NodeSettings) -> NodeSettings:
+    """Cross-field and range checks that the field types alone do not express."""
+    if not 0 < node.iperf_port < 65536:
+        raise ConfigError(source, "node.iperf_port", f"{node.iperf_port} is not a TCP port")
+    return node
+
+
 def load_robot_config(path: str) -> RobotConfig:
-    """Read and validate a robot config file."""
-    try:
-        with open(path, encoding="utf-8") as fh:
-            raw = yaml.safe_load(fh)
-    except FileNotFoundError:
-        raise ConfigError(path, "(file)", "does not exist") from None
-    except PermissionError:
-        raise ConfigError(path, "(file)", "is not readable") from None
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"line {mark.line + 1}" if mark is not None else "(file)"
-        raise ConfigError(path, where, f"invalid YAML: {getattr(exc, 'problem', exc)}") from None
-    return parse_robot_config(raw, path)
+    """Read and validate a robot config file.
+
+    Raises:
+        ConfigError: naming the file and key for any problem: missing, a directory, unreadable,
+            not UTF-8, bad YAML, duplicate keys, too deep, or any invalid value.
+    """
+    return parse_robot_config(load_yaml(path), path)
+
+
+def require_config_file(cfg: RobotConfig, key: str) -> str:
+    """The path in ``cfg``'s file-valued ``key`` (``ca_cert``, ``auth_key_file``) after checking
+    that it exists and is a readable regular file; ConfigError naming the config file and key.
+
+    Files are checked where they are used (enrolment, CA install), not at load time: a robot
+    that is already enrolled never reads its key file, and its bundle may have deleted it.
+    """
+    path = getattr(cfg, key)
+    if not path:
+        raise ConfigError(cfg.source, key, "not set")
+    require_file(cfg.source, key, path)
+    return str(path)
 
 
 def apply_overrides(cfg: RobotConfig, overrides: Mapping[str, Any], source: str) -> RobotConfig:
@@ -220,5 +213,5 @@ def apply_overrides(cfg: RobotConfig, overrides: Mapping[str, Any], source: str)
             v = list(v)
         merged[k] = v
     as_yaml = {k: (list(v) if isinstance(v, tuple) else v) for k, v in merged.items()}
-    node = _section(source, "node", as_yaml, NodeSettings)
+    node = _check_node(source, _section(source, "node", as_yaml, NodeSettings))
     return replace(cfg, node=node)

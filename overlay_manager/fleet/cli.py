@@ -22,6 +22,7 @@ import sys
 from datetime import datetime, timezone
 from pathlib import Path
 
+from ..validation import ConfigError, redact
 from .bundle import write_bundle
 from .config import FleetConfig, FleetError, load_fleet
 from .deploy import Deployment, apply_policy, init_deployment
@@ -86,7 +87,7 @@ def _bundle_dir(args: argparse.Namespace, host: str) -> Path:
 
 
 def run(argv: list[str]) -> int:
-    """Run one command; return the exit status. Raises FleetError on failure."""
+    """Run one command; return the exit status. Raises FleetError or ConfigError on failure."""
     args = _parser().parse_args(argv)
     fleet: FleetConfig | None = None
 
@@ -179,7 +180,7 @@ WantedBy=multi-user.target""")
     if args.cmd == "revoke":
         try:
             f: FleetConfig | None = need_fleet()
-        except FleetError:
+        except ConfigError:
             if Path(args.fleet).exists():
                 raise
             f = None
@@ -200,8 +201,8 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point of scripts/fleet: exit 0 on success, 2 with ``fleet: error: ...``."""
     try:
         return run(sys.argv[1:] if argv is None else argv)
-    except FleetError as e:
-        print(f"fleet: error: {e}", file=sys.stderr)
+    except (FleetError, ConfigError) as e:
+        print(f"fleet: error: {redact(' '.join(str(e).split()))}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 130

@@ -4,9 +4,10 @@ The fleet file describes one overlay: its name and MagicDNS base domain, the Hea
 server (URL, listen addresses, TLS, embedded DERP/STUN), key lifetimes and the teams with their
 robots, base stations and operators. ``config/fleet.example.yaml`` is the commented reference.
 
-Every problem is a :class:`FleetError` naming the file, the key (dotted path) and, where it is
-about one machine, the host. Unknown keys are errors, so typos do not silently fall back to
-defaults.
+Every problem in the file is a :class:`~overlay_manager.validation.ConfigError` naming the file,
+the key (dotted path) and, where it is about one machine, the host. Unknown and duplicate keys
+are errors, so typos do not silently fall back to defaults. :class:`FleetError` is for what goes
+wrong later (deployment, headscale, a host name given on the command line).
 """
 
 from __future__ import annotations
@@ -18,7 +19,17 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-import yaml
+from ..validation import (
+    MISSING,
+    ConfigError,
+    Reader,
+    is_dns_label,
+    is_domain,
+    join_key,
+    load_yaml,
+    shorten,
+    type_name,
+)
 
 #: Host roles, in the order they appear in a team.
 ROLES: tuple[str, ...] = ("robot", "base_station", "operator")
@@ -30,13 +41,12 @@ ROLE_TAGS: dict[str, str] = {
     "operator": "tag:operator",
 }
 
-_LABEL_RE = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
 _DURATION_RE = re.compile(r"^\s*(\d+)\s*([smhdw]?)\s*$")
 _DURATION_UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 
 
 class FleetError(Exception):
-    """A fleet file, deployment or headscale operation failed.
+    """A deployment or headscale operation failed (problems in the fleet file are ConfigError).
 
     The message names the file, the key and/or the host concerned. It never contains a
     pre-auth key.
@@ -245,171 +255,102 @@ class FleetConfig:
 
 
 def parse_duration(value: Any, *, file: str = "", key: str = "") -> int:
-    """Seconds from ``value``: an int (seconds) or a string like "90s", "30m", "24h", "7d", "2w"."""
+    """Seconds from ``value``: an int (seconds) or a string like "90s", "30m", "24h", "7d", "2w".
+
+    Raises:
+        ConfigError: naming ``file`` and ``key``.
+    """
     if isinstance(value, bool):
-        raise FleetError(f"expected a duration like '24h', got {value!r}", file=file, key=key)
+        raise ConfigError(file, key, f"expected a duration like '24h', got {shorten(value)}")
     if isinstance(value, int):
         if value < 0:
-            raise FleetError("duration must not be negative", file=file, key=key)
+            raise ConfigError(file, key, "duration must not be negative")
+        if value > _MAX_DURATION_S:
+            raise ConfigError(file, key, f"duration {shorten(value)} s is longer than 100 years")
         return value
     if isinstance(value, str):
         m = _DURATION_RE.match(value)
-        if m:
-            return int(m.group(1)) * _DURATION_UNITS[m.group(2)]
-    raise FleetError(f"expected a duration like '24h', '30m', '7d' or seconds, got {value!r}",
-                     file=file, key=key)
+        if m and len(m.group(1)) <= 12:
+            seconds = int(m.group(1)) * _DURATION_UNITS[m.group(2)]
+            if seconds <= _MAX_DURATION_S:
+                return seconds
+    raise ConfigError(file, key, f"expected a duration like '24h', '30m', '7d' or seconds, got {shorten(value)}")
 
 
-def is_dns_label(name: str) -> bool:
-    """True when ``name`` is a lowercase DNS label: [a-z0-9-], 1..63, no leading/trailing '-'."""
-    return isinstance(name, str) and bool(_LABEL_RE.match(name))
+_MAX_DURATION_S = 100 * 365 * 86400
+_LABEL_HINT = "not a valid DNS label: use a-z, 0-9 and '-', 1 to 63 characters, not starting or ending with '-'"
 
 
-def is_domain(name: str) -> bool:
-    """True when ``name`` is dot-separated DNS labels (at least two), lowercase."""
-    if not isinstance(name, str) or len(name) > 253:
-        return False
-    parts = name.split(".")
-    return len(parts) >= 2 and all(is_dns_label(p) for p in parts)
-
-
-class _Reader:
-    """Typed access to a YAML mapping with errors naming file and dotted key."""
-
-    def __init__(self, file: str) -> None:
-        self.file = file
-
-    def err(self, key: str, reason: str, host: str = "") -> FleetError:
-        return FleetError(reason, file=self.file, key=key, host=host)
-
-    def mapping(self, value: Any, key: str, allowed: set[str]) -> dict[str, Any]:
-        if value is None:
-            return {}
-        if not isinstance(value, dict):
-            raise self.err(key, f"expected a mapping, got {type(value).__name__}")
-        for k in value:
-            if not isinstance(k, str) or k not in allowed:
-                where = f"{key}.{k}" if key else str(k)
-                raise self.err(where, f"unknown key (allowed: {', '.join(sorted(allowed))})")
-        return value
-
-    def string(self, m: dict[str, Any], name: str, key: str, default: str | None = None) -> str:
-        v = m.get(name, default)
-        if v is None:
-            raise self.err(key, "required")
-        if not isinstance(v, str):
-            raise self.err(key, f"expected a string, got {v!r}")
-        return v
-
-    def integer(self, m: dict[str, Any], name: str, key: str, default: int, lo: int, hi: int) -> int:
-        v = m.get(name, default)
-        if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi:
-            raise self.err(key, f"expected an integer in [{lo}, {hi}], got {v!r}")
-        return v
-
-    def boolean(self, m: dict[str, Any], name: str, key: str, default: bool) -> bool:
-        v = m.get(name, default)
-        if not isinstance(v, bool):
-            raise self.err(key, f"expected true or false, got {v!r}")
-        return v
-
-    def hostport(self, m: dict[str, Any], name: str, key: str, default: str) -> str:
-        v = self.string(m, name, key, default)
-        host, sep, port = v.rpartition(":")
-        if not sep or not port.isdigit() or not 0 < int(port) < 65536:
-            raise self.err(key, f"expected host:port, got {v!r}")
-        if host.startswith("[") and host.endswith("]"):
-            host = host[1:-1]
-        if host:
-            try:
-                ipaddress.ip_address(host)
-            except ValueError:
-                if not is_domain(host) and not is_dns_label(host):
-                    raise self.err(key, f"bad host in {v!r}") from None
-        return v
-
-    def path(self, m: dict[str, Any], name: str, key: str, base: Path) -> Path | None:
-        v = m.get(name)
-        if v in (None, ""):
-            return None
-        if not isinstance(v, str):
-            raise self.err(key, f"expected a file path, got {v!r}")
-        p = Path(v).expanduser()
-        return p if p.is_absolute() else (base / p).resolve()
-
-
-def _load_server(r: _Reader, raw: Any, base: Path) -> ServerConfig:
+def _load_server(r: Reader, raw: Any, base: Path) -> ServerConfig:
     m = r.mapping(raw, "server", {"url", "listen", "grpc_listen", "metrics_listen", "tls", "derp",
                                   "prefixes"})
-    url = r.string(m, "url", "server.url")
+    url = r.url(m.get("url", MISSING), "server.url")
     parts = urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise r.err("server.url", f"expected https://HOST:PORT (or http://), got {url!r}")
-    if parts.path not in ("", "/") or parts.query or parts.fragment:
-        raise r.err("server.url", "must not have a path, query or fragment")
-    try:
-        _ = parts.port
-    except ValueError:
-        raise r.err("server.url", f"bad port in {url!r}") from None
     default_port = parts.port or (443 if parts.scheme == "https" else 80)
-    listen = r.hostport(m, "listen", "server.listen", f"0.0.0.0:{default_port}")
+    listen = r.hostport(m.get("listen", MISSING), "server.listen", f"0.0.0.0:{default_port}")
 
     t = r.mapping(m.get("tls"), "server.tls", {"generate", "cert", "key", "ca", "names", "days"})
-    names = t.get("names", [])
-    if not isinstance(names, list) or not all(isinstance(n, str) and n for n in names):
-        raise r.err("server.tls.names", "expected a list of DNS names or IP addresses")
+    names = r.string_list(t.get("names", MISSING), "server.tls.names", [])
+    for i, n in enumerate(names):
+        if not _is_san(n):
+            raise r.error(f"server.tls.names[{i}]", f"{shorten(n)} is not a DNS name or IP address")
+
+    def path(name: str) -> Path | None:
+        p = r.path(t.get(name), f"server.tls.{name}", base)
+        return Path(p) if p else None
+
     tls = TlsConfig(
-        generate=r.boolean(t, "generate", "server.tls.generate", True),
-        cert=r.path(t, "cert", "server.tls.cert", base),
-        key=r.path(t, "key", "server.tls.key", base),
-        ca=r.path(t, "ca", "server.tls.ca", base),
+        generate=r.boolean(t.get("generate", MISSING), "server.tls.generate", True),
+        cert=path("cert"),
+        key=path("key"),
+        ca=path("ca"),
         names=tuple(names),
-        days=r.integer(t, "days", "server.tls.days", 825, 1, 36500),
+        days=r.integer(t.get("days", MISSING), "server.tls.days", 825, lo=1, hi=36500),
     )
     if parts.scheme == "https" and not tls.generate and (tls.cert is None or tls.key is None):
-        raise r.err("server.tls", "with generate: false, give cert and key (PEM files)")
+        raise r.error("server.tls", "with generate: false, give cert and key (PEM files)")
     if parts.scheme == "http" and (tls.cert or tls.key or tls.ca):
-        raise r.err("server.tls", "cert/key/ca given but server.url is http://")
+        raise r.error("server.tls", "cert/key/ca given but server.url is http://")
 
     d = r.mapping(m.get("derp"), "server.derp", {"embedded", "stun_listen", "region_id",
                                                  "region_code", "region_name", "ipv4",
                                                  "extra_maps"})
-    extra = d.get("extra_maps", [])
-    if not isinstance(extra, list) or not all(isinstance(x, str) and x for x in extra):
-        raise r.err("server.derp.extra_maps", "expected a list of DERP map file paths")
-    ipv4 = r.string(d, "ipv4", "server.derp.ipv4", "")
+    extra = r.string_list(d.get("extra_maps", MISSING), "server.derp.extra_maps", [])
+    ipv4 = r.string(d.get("ipv4", MISSING), "server.derp.ipv4", "")
     if ipv4:
         try:
             ipaddress.IPv4Address(ipv4)
         except ValueError:
-            raise r.err("server.derp.ipv4", f"expected an IPv4 address, got {ipv4!r}") from None
+            raise r.error("server.derp.ipv4", f"expected an IPv4 address, got {shorten(ipv4)}") from None
     derp = DerpConfig(
-        embedded=r.boolean(d, "embedded", "server.derp.embedded", True),
-        stun_listen=r.hostport(d, "stun_listen", "server.derp.stun_listen", "0.0.0.0:3478"),
-        region_id=r.integer(d, "region_id", "server.derp.region_id", 999, 900, 999),
-        region_code=r.string(d, "region_code", "server.derp.region_code", "fleet"),
-        region_name=r.string(d, "region_name", "server.derp.region_name", "Fleet embedded DERP"),
+        embedded=r.boolean(d.get("embedded", MISSING), "server.derp.embedded", True),
+        stun_listen=r.hostport(d.get("stun_listen", MISSING), "server.derp.stun_listen", "0.0.0.0:3478"),
+        region_id=r.integer(d.get("region_id", MISSING), "server.derp.region_id", 999, lo=900, hi=999),
+        region_code=r.string(d.get("region_code", MISSING), "server.derp.region_code", "fleet",
+                             empty=False, max_len=32),
+        region_name=r.string(d.get("region_name", MISSING), "server.derp.region_name",
+                             "Fleet embedded DERP", empty=False, max_len=128),
         ipv4=ipv4,
-        extra_maps=tuple(Path(x) if Path(x).is_absolute() else (base / x).resolve() for x in extra),
+        extra_maps=tuple(Path(r.path(x, f"server.derp.extra_maps[{i}]", base)) for i, x in enumerate(extra)),
     )
     if not derp.embedded and not derp.extra_maps:
-        raise r.err("server.derp", "embedded: false needs extra_maps (no public DERP map is used)")
+        raise r.error("server.derp", "embedded: false needs extra_maps (no public DERP map is used)")
 
     p = r.mapping(m.get("prefixes"), "server.prefixes", {"v4", "v6"})
-    v4 = r.string(p, "v4", "server.prefixes.v4", "100.64.0.0/10")
-    v6 = r.string(p, "v6", "server.prefixes.v6", "fd7a:115c:a1e0::/48")
+    v4 = r.string(p.get("v4", MISSING), "server.prefixes.v4", "100.64.0.0/10")
+    v6 = r.string(p.get("v6", MISSING), "server.prefixes.v6", "fd7a:115c:a1e0::/48")
     for k, v, ver in (("v4", v4, 4), ("v6", v6, 6)):
         try:
             if ipaddress.ip_network(v).version != ver:
                 raise ValueError
         except ValueError:
-            raise r.err(f"server.prefixes.{k}", f"expected an IPv{ver} prefix, got {v!r}") from None
+            raise r.error(f"server.prefixes.{k}", f"expected an IPv{ver} prefix, got {shorten(v)}") from None
+    metrics = m.get("metrics_listen")
     return ServerConfig(
-        url=url.rstrip("/"),
+        url=url,
         listen=listen,
-        grpc_listen=r.hostport(m, "grpc_listen", "server.grpc_listen", "127.0.0.1:50443"),
-        metrics_listen=(r.hostport(m, "metrics_listen", "server.metrics_listen", "")
-                        if m.get("metrics_listen") else ""),
+        grpc_listen=r.hostport(m.get("grpc_listen", MISSING), "server.grpc_listen", "127.0.0.1:50443"),
+        metrics_listen=r.hostport(metrics, "server.metrics_listen") if metrics else "",
         tls=tls,
         derp=derp,
         prefixes_v4=v4,
@@ -417,17 +358,26 @@ def _load_server(r: _Reader, raw: Any, base: Path) -> ServerConfig:
     )
 
 
-def _host_entry(r: _Reader, raw: Any, key: str) -> tuple[str, int]:
+def _is_san(name: str) -> bool:
+    """True for a certificate subject alternative name: an IP address or a DNS name."""
+    try:
+        ipaddress.ip_address(name)
+        return True
+    except ValueError:
+        pass
+    return is_domain(name.lower().rstrip(".").replace("*.", "", 1), 1)
+
+
+def _host_entry(r: Reader, raw: Any, key: str) -> tuple[str, int]:
     """(name, master_port) from a host entry: "name" or {name: ..., master_port: ...}."""
     if isinstance(raw, str):
         name, port = raw, 11311
     else:
-        m = r.mapping(raw, key, {"name", "master_port"})
-        name = r.string(m, "name", f"{key}.name")
-        port = r.integer(m, "master_port", f"{key}.master_port", 11311, 1, 65535)
+        m = r.mapping(raw, key, {"name", "master_port"}, what="a host name or {name, master_port}")
+        name = r.string(m.get("name", MISSING), f"{key}.name")
+        port = r.port(m.get("master_port", MISSING), f"{key}.master_port", 11311)
     if not is_dns_label(name):
-        raise r.err(key, "not a valid DNS label: use a-z, 0-9 and '-', 1 to 63 characters, "
-                         "not starting or ending with '-'", host=str(name))
+        raise r.error(key, _LABEL_HINT, host=name)
     return name, port
 
 
@@ -439,108 +389,112 @@ def load_fleet_dict(data: Any, path: str = "<dict>", base: Path | None = None) -
         path: file name used in error messages and stored in :attr:`FleetConfig.path`.
         base: directory relative paths (TLS files, DERP maps) are resolved against
             (default: the current directory).
+
+    Raises:
+        ConfigError: naming ``path``, the key and (where it is about one machine) the host.
     """
-    r = _Reader(path)
+    r = Reader(path)
     base = base or Path.cwd()
     m = r.mapping(data, "", {"fleet", "base_domain", "server", "keys", "teams", "hosts",
-                             "log_level"})
+                             "log_level"}, what="a mapping (see config/fleet.example.yaml)")
     if not m:
-        raise r.err("", "empty fleet file")
+        raise r.error("(top level)", "empty fleet file")
 
-    name = r.string(m, "fleet", "fleet")
+    name = r.string(m.get("fleet", MISSING), "fleet")
     if not is_dns_label(name):
-        raise r.err("fleet", f"fleet name must be a DNS label, got {name!r}")
-    base_domain = r.string(m, "base_domain", "base_domain").rstrip(".")
+        raise r.error("fleet", f"fleet name must be a DNS label, got {shorten(name)}")
+    base_domain = r.string(m.get("base_domain", MISSING), "base_domain").rstrip(".")
     if not is_domain(base_domain):
-        raise r.err("base_domain", f"expected a domain like fleet.internal, got {base_domain!r}")
+        raise r.error("base_domain", f"expected a domain like fleet.internal, got {shorten(base_domain)}")
 
-    server = _load_server(r, m.get("server"), base)
+    server = _load_server(r, m.get("server", MISSING), base)
     shost = server.host.lower().rstrip(".")
     if shost == base_domain or shost.endswith("." + base_domain):
-        raise r.err("base_domain",
-                    f"base domain {base_domain!r} must differ from the server's domain "
-                    f"({shost!r} in server.url): headscale refuses a server inside its MagicDNS "
-                    "domain, because robots could no longer reach it")
+        raise r.error("base_domain",
+                      f"base domain {base_domain!r} must differ from the server's domain "
+                      f"({shost!r} in server.url): headscale refuses a server inside its MagicDNS "
+                      "domain, because robots could no longer reach it")
 
     k = r.mapping(m.get("keys"), "keys", {"auth_key_expiry", "node_expiry", "reusable"})
     keys = KeysConfig(
         auth_key_expiry=parse_duration(k.get("auth_key_expiry", "24h"), file=path,
                                        key="keys.auth_key_expiry"),
         node_expiry=parse_duration(k.get("node_expiry", 0), file=path, key="keys.node_expiry"),
-        reusable=r.boolean(k, "reusable", "keys.reusable", False),
+        reusable=r.boolean(k.get("reusable", MISSING), "keys.reusable", False),
     )
     if keys.auth_key_expiry < 60:
-        raise r.err("keys.auth_key_expiry", "must be at least 1m")
+        raise r.error("keys.auth_key_expiry", "must be at least 1m")
 
-    log_level = r.string(m, "log_level", "log_level", "info")
-    if log_level not in ("trace", "debug", "info", "warn", "error"):
-        raise r.err("log_level", "expected trace, debug, info, warn or error")
+    log_level = r.choice(m.get("log_level", MISSING), "log_level",
+                         ("trace", "debug", "info", "warn", "error"), "info")
 
     # Collect hosts: from teams.<t>.{robots,base_stations,operators} and from hosts.<name>.
     raw_teams = m.get("teams")
     if not isinstance(raw_teams, dict) or not raw_teams:
-        raise r.err("teams", "required: a mapping of team name -> {master, robots, "
-                             "base_stations, operators}")
+        raise r.error("teams", "required: a mapping of team name -> {master, robots, "
+                               f"base_stations, operators}}, got {type_name(raw_teams)}")
+    r.mapping(raw_teams, "teams")  # string keys only
     members: dict[str, list[Host]] = {}
     masters: dict[str, str] = {}
     seen: dict[str, str] = {}
 
     def add(host: Host, key: str) -> None:
         if host.name in seen:
-            raise r.err(key, f"duplicate host name (also at {seen[host.name]})", host=host.name)
+            raise r.error(key, f"duplicate host name (also at {seen[host.name]})", host=host.name)
         seen[host.name] = key
         members[host.team].append(host)
 
     for tname, traw in raw_teams.items():
         tkey = f"teams.{tname}"
-        if not isinstance(tname, str) or not is_dns_label(tname):
-            raise r.err(tkey, "team name must be a DNS label")
+        if not is_dns_label(tname):
+            raise r.error(join_key("teams", tname), "team name must be a DNS label")
         tm = r.mapping(traw, tkey, {"master", "robots", "base_stations", "operators"})
         members[tname] = []
         if "master" in tm:
-            masters[tname] = r.string(tm, "master", f"{tkey}.master")
+            masters[tname] = r.string(tm["master"], f"{tkey}.master")
         for role in ROLES:
             lst = tm.get(role + "s", [])
+            if lst is None:
+                lst = []
             if not isinstance(lst, list):
-                raise r.err(f"{tkey}.{role}s", "expected a list of host names")
+                raise r.error(f"{tkey}.{role}s", f"expected a list of host names, got {type_name(lst)}")
             for i, entry in enumerate(lst):
                 hkey = f"{tkey}.{role}s[{i}]"
                 hname, port = _host_entry(r, entry, hkey)
                 add(Host(hname, tname, role, port), hkey)
 
-    hosts_raw = r.mapping(m.get("hosts"), "hosts", set(m.get("hosts") or {}))
+    hosts_raw = r.mapping(m.get("hosts"), "hosts", what="a mapping of host name -> {team, role, master_port}")
     for hname, hraw in hosts_raw.items():
-        hkey = f"hosts.{hname}"
+        hkey = join_key("hosts", hname)
         if not is_dns_label(hname):
-            raise r.err(hkey, "not a valid DNS label: use a-z, 0-9 and '-', 1 to 63 characters, "
-                              "not starting or ending with '-'", host=str(hname))
+            raise r.error(hkey, _LABEL_HINT, host=hname)
         hm = r.mapping(hraw, hkey, {"team", "role", "master_port"})
-        team = r.string(hm, "team", f"{hkey}.team")
+        team = r.string(hm.get("team", MISSING), f"{hkey}.team")
         if team not in members:
-            raise r.err(f"{hkey}.team", f"unknown team {team!r} (teams: {', '.join(members)})",
-                        host=hname)
-        role = r.string(hm, "role", f"{hkey}.role", "robot")
+            raise r.error(f"{hkey}.team", f"unknown team {shorten(team)} (teams: {', '.join(members)})",
+                          host=hname)
+        role = r.string(hm.get("role", MISSING), f"{hkey}.role", "robot")
         if role not in ROLES:
-            raise r.err(f"{hkey}.role", f"expected one of {', '.join(ROLES)}", host=hname)
-        port = r.integer(hm, "master_port", f"{hkey}.master_port", 11311, 1, 65535)
+            raise r.error(f"{hkey}.role", f"expected one of {', '.join(ROLES)}, got {shorten(role)}", host=hname)
+        port = r.port(hm.get("master_port", MISSING), f"{hkey}.master_port", 11311)
         add(Host(hname, team, role, port), hkey)
 
     teams: dict[str, Team] = {}
     for tname, hosts in members.items():
         if not hosts:
-            raise r.err(f"teams.{tname}", "team has no hosts")
+            raise r.error(f"teams.{tname}", "team has no hosts")
         hosts.sort(key=lambda h: ROLES.index(h.role))
         master = masters.get(tname)
         if master is None:
             machines = [h for h in hosts if h.role != "operator"]
             if not machines:
-                raise r.err(f"teams.{tname}.master", "required when a team has only operators")
+                raise r.error(f"teams.{tname}.master", "required when a team has only operators")
             master = machines[0].name
         else:
             if master not in seen:
-                raise r.err(f"teams.{tname}.master", f"unknown host {master!r}", host=master)
+                raise r.error(f"teams.{tname}.master", f"unknown host {shorten(master)}", host=master)
             if all(h.name != master for h in hosts):
-                raise r.err(f"teams.{tname}.master", "host is not in this team", host=master)
+                raise r.error(f"teams.{tname}.master", "host is not in this team", host=master)
         teams[tname] = Team(tname, master, tuple(hosts))
 
     return FleetConfig(path=path, name=name, base_domain=base_domain, server=server, keys=keys,
@@ -553,16 +507,9 @@ def load_fleet(path: str | Path) -> FleetConfig:
     Relative paths inside the file are relative to the file's directory.
 
     Raises:
-        FleetError: unreadable file, bad YAML, or any invalid key (the error names file, key
-            and host).
+        ConfigError: missing, unreadable, binary or not a file, bad YAML, duplicate keys, or
+            any invalid key (the error names file, key and host).
     """
     p = Path(path).expanduser().resolve()
-    try:
-        text = p.read_text(encoding="utf-8")
-    except OSError as e:
-        raise FleetError(f"cannot read: {e.strerror}", file=p) from None
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as e:
-        raise FleetError(f"not valid YAML: {e}", file=p) from None
+    data = load_yaml(p)
     return load_fleet_dict(data, str(p), p.parent)

@@ -1,4 +1,4 @@
-"""Fleet file validation: every bad input is a FleetError naming file, key and host."""
+"""Fleet file validation: every bad input is a ConfigError naming file, key and host."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from overlay_manager.fleet.config import (  # noqa: E402
+    ConfigError,
     FleetError,
     load_fleet,
     load_fleet_dict,
@@ -39,8 +40,8 @@ def fleet(**changes: Any) -> dict[str, Any]:
     return d
 
 
-def error(data: Any) -> FleetError:
-    with pytest.raises(FleetError) as info:
+def error(data: Any) -> ConfigError:
+    with pytest.raises(ConfigError) as info:
         load_fleet_dict(data, path="fleet.yaml")
     return info.value
 
@@ -162,17 +163,17 @@ def test_durations() -> None:
     assert parse_duration("7d") == 7 * 86400
     assert parse_duration(0) == 0
     for bad in ("1y", "-1h", True, "h"):
-        with pytest.raises(FleetError):
+        with pytest.raises(ConfigError):
             parse_duration(bad, file="f", key="k")
     assert error(fleet(keys={"auth_key_expiry": "3 weeks"})).key == "keys.auth_key_expiry"
 
 
 def test_load_fleet_file_errors(tmp_path: Path) -> None:
-    with pytest.raises(FleetError, match="cannot read"):
+    with pytest.raises(ConfigError, match="does not exist"):
         load_fleet(tmp_path / "missing.yaml")
     bad = tmp_path / "bad.yaml"
     bad.write_text("fleet: [unclosed\n")
-    with pytest.raises(FleetError, match="not valid YAML") as info:
+    with pytest.raises(ConfigError, match="not valid YAML") as info:
         load_fleet(bad)
     assert str(bad) in str(info.value)
 
