@@ -32,6 +32,7 @@ from .config import ConfigError, RobotConfig, load_robot_config
 
 DEFAULT_CONFIG = "/etc/overlay_manager/robot.yaml"
 CONFIG_ENV = "OVERLAY_MANAGER_CONFIG"
+RETRY_PAUSE_S = 2.0  # seconds between --retry attempts
 
 
 @dataclass(frozen=True)
@@ -164,6 +165,9 @@ def main(argv: Optional[List[str]] = None) -> int:
                     help="write the managed overlay-names block into node.hosts_file now")
     ap.add_argument("--wait-master", type=float, default=0.0, metavar="SECONDS",
                     help="wait up to SECONDS for the master's XML-RPC port to answer")
+    ap.add_argument("--retry", type=float, default=0.0, metavar="SECONDS",
+                    help="keep retrying --enrol/--write-hosts for up to SECONDS while tailscaled or "
+                         "the network is not up yet (at boot); a bad config fails at once")
     ap.add_argument("--env-file", metavar="FILE",
                     help="write the variables to FILE as a systemd EnvironmentFile (KEY=value) "
                          "instead of printing shell lines; FILE is replaced atomically, and left "
@@ -188,11 +192,17 @@ def main(argv: Optional[List[str]] = None) -> int:
     self_dns = ""
     if args.enrol or args.write_hosts:
         from .tailscale import TailscaleError
-        try:
-            self_dns = _enrol_and_write_hosts(cfg, args.enrol, args.write_hosts, reauth=args.reauth)
-        except (TailscaleError, OSError) as exc:
-            _err(str(exc))
-            return 1
+        deadline = time.monotonic() + args.retry
+        while True:
+            try:
+                self_dns = _enrol_and_write_hosts(cfg, args.enrol, args.write_hosts, reauth=args.reauth)
+                break
+            except (TailscaleError, OSError) as exc:
+                if time.monotonic() + RETRY_PAUSE_S > deadline:
+                    _err(str(exc) + (f" (retried for {args.retry:.0f} s)" if args.retry > 0 else ""))
+                    return 1
+                _err(f"{exc}; retrying in {RETRY_PAUSE_S:.0f} s")
+                time.sleep(RETRY_PAUSE_S)
     env = compute_env(cfg, self_dns)
     if args.wait_master > 0:
         host = cfg.master_fqdn
