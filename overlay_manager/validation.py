@@ -24,7 +24,7 @@ import re
 import reprlib
 import stat
 from datetime import datetime, timedelta, timezone
-from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 from urllib.parse import urlsplit
 
 import yaml
@@ -242,26 +242,26 @@ def read_text(path: Any, source: Optional[str] = None, *, key: str = "(file)") -
     try:
         st = os.stat(p)
     except FileNotFoundError:
-        raise ConfigError(name, key, "does not exist") from None
+        raise ConfigError(name, key, "cannot read: the file does not exist") from None
     except PermissionError:
-        raise ConfigError(name, key, "is not readable (permission denied)") from None
+        raise ConfigError(name, key, "cannot read: permission denied") from None
     except OSError as exc:
         raise ConfigError(name, key, f"cannot read: {exc.strerror or exc}") from None
     if stat.S_ISDIR(st.st_mode):
-        raise ConfigError(name, key, "is a directory, not a file")
+        raise ConfigError(name, key, "cannot read: is a directory, not a file")
     if st.st_size > MAX_FILE_BYTES:
-        raise ConfigError(name, key, f"is {st.st_size} bytes; at most {MAX_FILE_BYTES} expected")
+        raise ConfigError(name, key, f"cannot read: {st.st_size} bytes, at most {MAX_FILE_BYTES} expected")
     try:
         with open(p, "rb") as fh:
             data = fh.read(MAX_FILE_BYTES + 1)
     except PermissionError:
-        raise ConfigError(name, key, "is not readable (permission denied)") from None
+        raise ConfigError(name, key, "cannot read: permission denied") from None
     except OSError as exc:
         raise ConfigError(name, key, f"cannot read: {exc.strerror or exc}") from None
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise ConfigError(name, key, f"is not UTF-8 text (byte 0x{data[exc.start]:02x} at offset "
+        raise ConfigError(name, key, f"cannot read: not UTF-8 text (byte 0x{data[exc.start]:02x} at offset "
                                      f"{exc.start}); is this the right file?") from None
 
 
@@ -334,7 +334,7 @@ class Reader:
         """
         if value is None or value is MISSING:
             return {}
-        if not isinstance(value, dict):
+        if not isinstance(value, Mapping):
             raise self.error(key or "(top level)", f"must be {what}, got {type_name(value)} {shorten(value)}")
         known = None if allowed is None else set(allowed)
         for k in value:
@@ -343,7 +343,7 @@ class Reader:
                                  " (quote it)")
             if known is not None and k not in known:
                 raise self.error(join_key(key, k), f"unknown key (allowed: {', '.join(sorted(known))})")
-        return value
+        return dict(value)
 
     def string(self, value: Any, key: str, default: Any = MISSING, *, empty: bool = True,
                max_len: int = 4096) -> str:

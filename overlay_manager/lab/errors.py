@@ -1,19 +1,16 @@
 """Typed errors of the campus lab; every message names what is wrong and where."""
 from __future__ import annotations
 
+from ..validation import ConfigError
+
 
 class LabError(Exception):
     """Base class: the lab could not do what was asked (message says what and where)."""
 
 
-class SpecError(LabError):
-    """A lab spec is invalid. The message names the file (or ``<dict>``) and the key path."""
-
-    def __init__(self, source: str, key: str, problem: str) -> None:
-        self.source = source
-        self.key = key
-        self.problem = problem
-        super().__init__(f"{source}: {key}: {problem}")
+class SpecError(LabError, ConfigError):
+    """A lab spec is invalid: the validation layer's ConfigError (``SOURCE: KEY: PROBLEM``, named
+    file or ``<dict>`` and key path, values shortened and redacted) that is also a LabError."""
 
 
 class LabTimeout(LabError):

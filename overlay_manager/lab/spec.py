@@ -17,7 +17,8 @@ or ``adpf``; a bare mapping (``eim``) means ``<mapping>-adpf`` (what Linux connt
 default). ``udp-blocked`` is ``eim-adpf`` that forwards no UDP except to the STUN server;
 ``tcp-only`` forwards no UDP at all (tailscale can only use DERP over HTTPS).
 
-Every error is a :class:`SpecError` naming the file and the key path.
+Every error is a :class:`SpecError` (the validation layer's ConfigError, also a LabError) naming
+the file and the key path.
 """
 from __future__ import annotations
 
@@ -26,8 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Union
 
-import yaml
-
+from ..validation import MISSING, ConfigError, Reader, is_domain, join_key, load_yaml, shorten, type_name
 from .errors import SpecError
 
 MAPPINGS = ("eim", "adm", "adpm")
@@ -84,7 +84,7 @@ def parse_nat_kind(text: str) -> NatKind:
     mapping, _, filtering = text.partition("-")
     if mapping in MAPPINGS and filtering in FILTERINGS:
         return NatKind(mapping, filtering)
-    raise ValueError(f"unknown NAT kind {text!r}; valid: {', '.join(nat_kind_names())}")
+    raise ValueError(f"unknown NAT kind {shorten(text)}; valid: {', '.join(nat_kind_names())}")
 
 
 @dataclass(frozen=True)
@@ -194,19 +194,20 @@ class LabSpec:
 SpecInput = Union[str, Path, Mapping[str, Any], LabSpec]
 
 
+class _SpecReader(Reader):
+    """The validation layer's Reader raising SpecError (a ConfigError that is also a LabError)."""
+
+    def error(self, key: str, problem: str, host: str = "") -> ConfigError:
+        return SpecError(self.source, key, problem, host=host)
+
+
 def _check_keys(source: str, key: str, value: Any, allowed: set[str]) -> Mapping[str, Any]:
-    if not isinstance(value, Mapping):
-        raise SpecError(source, key, f"expected a mapping, got {type(value).__name__}")
-    unknown = sorted(str(k) for k in value if k not in allowed)
-    if unknown:
-        raise SpecError(source, f"{key}.{unknown[0]}" if key else unknown[0],
-                        f"unknown key (allowed: {', '.join(sorted(allowed))})")
-    return value
+    return _SpecReader(source).mapping(value, key, allowed)
 
 
 def _name(source: str, key: str, value: Any) -> str:
     if not isinstance(value, str) or not NAME_RE.match(value):
-        raise SpecError(source, key, f"{value!r} is not a name: lowercase letters, digits and '-', "
+        raise SpecError(source, key, f"{shorten(value)} is not a name: lowercase letters, digits and '-', "
                         "starting with a letter, at most 24 characters")
     if value in RESERVED_NAMES:
         raise SpecError(source, key, f"{value!r} is reserved ({', '.join(sorted(RESERVED_NAMES))})")
@@ -215,16 +216,15 @@ def _name(source: str, key: str, value: Any) -> str:
 
 def _number(source: str, key: str, value: Any, lo: float, hi: float) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise SpecError(source, key, f"expected a number, got {value!r}")
-    if not lo <= value <= hi:
-        raise SpecError(source, key, f"{value} is outside {lo:g}..{hi:g}")
-    return float(value)
+        raise SpecError(source, key, f"expected a number, got {shorten(value)}")
+    f = _SpecReader(source).number(value, key)  # finite
+    if not lo <= f <= hi:
+        raise SpecError(source, key, f"{f:g} is outside {lo:g}..{hi:g}")
+    return f
 
 
 def _port(source: str, key: str, value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 65535:
-        raise SpecError(source, key, f"expected a port number 1..65535, got {value!r}")
-    return value
+    return _SpecReader(source).port(value, key)
 
 
 def parse_impairment(source: str, key: str, value: Any) -> Impairment:
@@ -248,9 +248,10 @@ def _parse_hosts(source: str, key: str, value: Any, building: str) -> tuple[Host
         keys = [f"{key}[{i}]" for i in range(len(value))]
     elif isinstance(value, Mapping):
         items = [(k, v if v is not None else {}) for k, v in value.items()]
-        keys = [f"{key}.{k}" for k in value]
+        keys = [join_key(key, k) for k in value]
     else:
-        raise SpecError(source, key, "expected a list of host names or a mapping name -> {team, role}")
+        raise SpecError(source, key, "expected a list of host names or a mapping name -> {team, role}, "
+                        f"got {type_name(value)}")
     if not 1 <= len(items) <= MAX_HOSTS_PER_BUILDING:
         raise SpecError(source, key, f"a building needs 1..{MAX_HOSTS_PER_BUILDING} hosts")
     hosts = []
@@ -259,47 +260,52 @@ def _parse_hosts(source: str, key: str, value: Any, building: str) -> tuple[Host
         data = _check_keys(source, hkey, body, {"team", "role"})
         team = data.get("team", "lab")
         if not isinstance(team, str) or not NAME_RE.match(team):
-            raise SpecError(source, f"{hkey}.team", f"{team!r} is not a name")
+            raise SpecError(source, f"{hkey}.team", f"{shorten(team)} is not a name")
         role = data.get("role", "robot")
-        if role not in ROLES:
-            raise SpecError(source, f"{hkey}.role", f"{role!r} is not one of {', '.join(ROLES)}")
+        if not isinstance(role, str) or role not in ROLES:
+            raise SpecError(source, f"{hkey}.role", f"{shorten(role)} is not one of {', '.join(ROLES)}")
         hosts.append(HostSpec(name=name, building=building, team=team, role=role))
     return tuple(hosts)
 
 
 def parse_spec(data: Any, source: str = "<dict>", default_name: str = "lab") -> LabSpec:
     """Validate a spec given as parsed YAML; ``source`` names it in errors."""
+    r = _SpecReader(source)
     if data is None:
         raise SpecError(source, "(top)", "empty spec")
-    top = _check_keys(source, "", data, {"name", "control", "buildings", "teams", "impair"})
-    name = top.get("name", default_name)
-    if not isinstance(name, str) or not name:
-        raise SpecError(source, "name", f"expected a non-empty string, got {name!r}")
+    top = r.mapping(data, "", {"name", "control", "buildings", "teams", "impair"})
+    name = r.string(top.get("name", MISSING), "name", default_name, empty=False, max_len=64)
 
-    ctl = _check_keys(source, "control", top.get("control") or {}, {"port", "stun_port", "base_domain"})
+    ctl = r.mapping(top.get("control"), "control", {"port", "stun_port", "base_domain"})
+    base_domain = ctl.get("base_domain", "fleet.internal")
+    if not isinstance(base_domain, str) or not is_domain(base_domain):
+        raise SpecError(source, "control.base_domain", f"{shorten(base_domain)} is not a DNS domain")
     control = ControlSpec(
         port=_port(source, "control.port", ctl.get("port", 8443)),
         stun_port=_port(source, "control.stun_port", ctl.get("stun_port", 3478)),
-        base_domain=str(ctl.get("base_domain", "fleet.internal")),
+        base_domain=base_domain,
     )
-    if not re.match(r"^[a-z0-9]([a-z0-9-]*[a-z0-9])?(\.[a-z0-9]([a-z0-9-]*[a-z0-9])?)+$", control.base_domain):
-        raise SpecError(source, "control.base_domain", f"{control.base_domain!r} is not a DNS domain")
 
     raw_buildings = top.get("buildings")
     if not isinstance(raw_buildings, Mapping) or not raw_buildings:
-        raise SpecError(source, "buildings", "expected a non-empty mapping building name -> {nat, hosts}")
+        raise SpecError(source, "buildings", "expected a non-empty mapping building name -> {nat, hosts}, "
+                        f"got {type_name(raw_buildings)}")
+    r.mapping(raw_buildings, "buildings")  # string keys only
     if len(raw_buildings) > MAX_BUILDINGS:
         raise SpecError(source, "buildings", f"at most {MAX_BUILDINGS} buildings")
     buildings = []
     seen: dict[str, str] = {}
     for bname, body in raw_buildings.items():
-        bkey = f"buildings.{bname}"
+        bkey = join_key("buildings", bname)
         _name(source, bkey, bname)
         b = _check_keys(source, bkey, body if body is not None else {}, {"nat", "hosts"})
         if "nat" not in b:
             raise SpecError(source, f"{bkey}.nat", "missing (e.g. eim-adpf)")
         try:
-            nat = parse_nat_kind(str(b["nat"]))
+            if not isinstance(b["nat"], str):
+                raise ValueError(f"expected a NAT kind name, got {type_name(b['nat'])}; "
+                                 f"valid: {', '.join(nat_kind_names())}")
+            nat = parse_nat_kind(b["nat"])
         except ValueError as exc:
             raise SpecError(source, f"{bkey}.nat", str(exc)) from None
         if "hosts" not in b:
@@ -314,14 +320,13 @@ def parse_spec(data: Any, source: str = "<dict>", default_name: str = "lab") -> 
 
     spec = LabSpec(name=name, control=control, buildings=tuple(buildings), source=source)
     teams = _parse_teams(source, top.get("teams") or {}, spec)
-    impair_raw = top.get("impair") or {}
-    if not isinstance(impair_raw, Mapping):
-        raise SpecError(source, "impair", "expected a mapping link name -> {delay_ms, jitter_ms, loss_pct, rate_mbit}")
+    impair_raw = r.mapping(top.get("impair"), "impair",
+                           what="a mapping link name -> {delay_ms, jitter_ms, loss_pct, rate_mbit}")
     links = spec.link_names()
     impair: dict[str, Impairment] = {}
     for link, body in impair_raw.items():
         if link not in links:
-            raise SpecError(source, f"impair.{link}", f"unknown link (links: {', '.join(links)})")
+            raise SpecError(source, join_key("impair", link), f"unknown link (links: {', '.join(links)})")
         impair[str(link)] = parse_impairment(source, f"impair.{link}", body)
     return LabSpec(name=name, control=control, buildings=tuple(buildings), teams=teams, impair=impair,
                    source=source)
@@ -329,21 +334,20 @@ def parse_spec(data: Any, source: str = "<dict>", default_name: str = "lab") -> 
 
 def _parse_teams(source: str, raw: Any, spec: LabSpec) -> dict[str, str]:
     """Team -> master host; a team without an entry gets its first robot (else its first host)."""
-    if not isinstance(raw, Mapping):
-        raise SpecError(source, "teams", "expected a mapping team name -> {master: HOST}")
+    _SpecReader(source).mapping(raw, "teams", what="a mapping team name -> {master: HOST}")
     members: dict[str, list[HostSpec]] = {}
     for h in spec.hosts:
         members.setdefault(h.team, []).append(h)
     teams: dict[str, str] = {}
     for team, body in raw.items():
-        key = f"teams.{team}"
+        key = join_key("teams", team)
         if team not in members:
             raise SpecError(source, key, f"no host has team {team!r} (teams: {', '.join(members)})")
         data = _check_keys(source, key, body if body is not None else {}, {"master"})
         master = data.get("master")
         if master is not None:
             if not any(h.name == master for h in members[team]):
-                raise SpecError(source, f"{key}.master", f"{master!r} is not a host of team {team!r}")
+                raise SpecError(source, f"{key}.master", f"{shorten(master)} is not a host of team {team!r}")
             teams[str(team)] = str(master)
     for team, hosts in members.items():
         if team not in teams:
@@ -360,13 +364,11 @@ def load_spec(spec: SpecInput) -> LabSpec:
         return parse_spec(spec)
     path = Path(spec)
     try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise SpecError(str(path), "(file)", f"cannot read: {exc.strerror}") from None
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise SpecError(str(path), "(yaml)", f"not valid YAML: {exc}") from None
+        data = load_yaml(path)
+    except SpecError:
+        raise
+    except ConfigError as exc:
+        raise SpecError(exc.source, exc.key, exc.problem) from None
     return parse_spec(data, source=str(path), default_name=path.stem)
 
 

@@ -169,7 +169,7 @@ def test_durations() -> None:
 
 
 def test_load_fleet_file_errors(tmp_path: Path) -> None:
-    with pytest.raises(ConfigError, match="does not exist"):
+    with pytest.raises(ConfigError, match="cannot read"):
         load_fleet(tmp_path / "missing.yaml")
     bad = tmp_path / "bad.yaml"
     bad.write_text("fleet: [unclosed\n")
