@@ -10,6 +10,7 @@ import os
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
+from .relay import RelaySettings, parse_relay_settings
 from .validation import (
     ACL_TAG,
     DNS_LABEL,
@@ -75,6 +76,7 @@ class RobotConfig:
     master_port: int = 11311
     tailscale: TailscaleSettings = field(default_factory=TailscaleSettings)
     node: NodeSettings = field(default_factory=NodeSettings)
+    relay: Optional[RelaySettings] = None  # serve a peer relay from this machine (None = no)
 
     @property
     def fqdn(self) -> str:
@@ -120,7 +122,7 @@ def _section(source: str, prefix: str, raw: Any, cls: Any) -> Any:
 
 
 _REQUIRED = ("hostname", "login_server", "base_domain", "master")
-_OPTIONAL = ("auth_key_file", "tags", "ca_cert", "master_port", "tailscale", "node")
+_OPTIONAL = ("auth_key_file", "tags", "ca_cert", "master_port", "tailscale", "node", "relay")
 
 
 def parse_robot_config(raw: Any, source: str, base_dir: Optional[str] = None) -> RobotConfig:
@@ -162,7 +164,7 @@ def parse_robot_config(raw: Any, source: str, base_dir: Optional[str] = None) ->
         source=source, hostname=hostname, login_server=login, base_domain=base_domain,
         master=master, auth_key_file=r.path(data.get("auth_key_file"), "auth_key_file", base),
         tags=tuple(tags), ca_cert=r.path(data.get("ca_cert"), "ca_cert", base), master_port=port,
-        tailscale=ts, node=node,
+        tailscale=ts, node=node, relay=parse_relay_settings(r, data.get("relay")),
     )
 
 

@@ -24,23 +24,10 @@ from dataclasses import dataclass
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 from .tailscale import LocalAPI, TailscaleError
+from .validation import MISSING, Reader
 
 #: UDP port of a relay when the robot config does not say.
 DEFAULT_RELAY_PORT = 40000
-
-
-class RelaySettingsError(ValueError):
-    """The robot config's ``relay`` section is wrong.
-
-    Attributes:
-        key: dotted key (``relay``, ``relay.port``, ``relay.static_endpoints[1]``).
-        problem: what is wrong.
-    """
-
-    def __init__(self, key: str, problem: str) -> None:
-        super().__init__(f"{key}: {problem}")
-        self.key = key
-        self.problem = problem
 
 
 @dataclass(frozen=True)
@@ -77,31 +64,27 @@ def parse_addr_port(value: Any) -> str:
     return f"[{addr}]:{int(port)}" if addr.version == 6 else f"{addr}:{int(port)}"
 
 
-def parse_relay_settings(raw: Any) -> Optional[RelaySettings]:
-    """The ``relay`` section -> RelaySettings; None when absent (relay server off).
+def parse_relay_settings(r: Reader, raw: Any) -> Optional[RelaySettings]:
+    """The robot config's ``relay`` section -> RelaySettings; None when absent (relay server off).
+
+    Args:
+        r: the robot config's reader (errors name its file).
+        raw: the section's value (MISSING or None = absent).
 
     Raises:
-        RelaySettingsError: naming the key (``relay.port``, ``relay.static_endpoints[i]``, ...).
+        ConfigError: naming the key (``relay.port``, ``relay.static_endpoints[i]``, ...).
     """
-    if raw is None:
+    if raw is None or raw is MISSING:
         return None
-    if not isinstance(raw, dict):
-        raise RelaySettingsError("relay", "must be a mapping like {port: 40000, static_endpoints: []}")
-    for key in raw:
-        if key not in ("port", "static_endpoints"):
-            raise RelaySettingsError(f"relay.{key}", "unknown key (known: port, static_endpoints)")
-    port = raw.get("port", DEFAULT_RELAY_PORT)
-    if isinstance(port, bool) or not isinstance(port, int) or not 0 < port < 65536:
-        raise RelaySettingsError("relay.port", f"must be a UDP port in 1..65535, got {port!r}")
-    eps_raw = raw.get("static_endpoints") or []
-    if not isinstance(eps_raw, list):
-        raise RelaySettingsError("relay.static_endpoints", "must be a list of 'ip:port'")
+    m = r.mapping(raw, "relay", ("port", "static_endpoints"),
+                  what="a mapping like {port: 40000, static_endpoints: []}")
+    port = r.port(m.get("port", MISSING), "relay.port", DEFAULT_RELAY_PORT)
     eps = set()
-    for i, ep in enumerate(eps_raw):
+    for i, ep in enumerate(r.string_list(m.get("static_endpoints", MISSING), "relay.static_endpoints", [])):
         try:
             eps.add(parse_addr_port(ep))
         except ValueError as exc:
-            raise RelaySettingsError(f"relay.static_endpoints[{i}]", str(exc)) from None
+            raise r.error(f"relay.static_endpoints[{i}]", str(exc)) from None
     return RelaySettings(port=port, static_endpoints=tuple(sorted(eps)))
 
 

@@ -22,6 +22,7 @@ import yaml
 from .config import FleetConfig, FleetError
 from .deploy import Deployment, write_atomic
 from .headscale import HeadscaleCLI, Node, PreAuthKey
+from .relays import robot_relay_key
 
 #: A recorded key is reused only if it stays usable at least this long (seconds).
 REUSE_MARGIN_S = 600.0
@@ -122,6 +123,8 @@ def robot_config(dep: Deployment, fleet: FleetConfig, host: str,
     """The robot.yaml mapping for ``host`` (keys as in config/robot.example.yaml).
 
     ``overrides``: optional ``tailscale`` / ``node`` sections (or top-level keys) merged in.
+    A relay host (the fleet file's ``relays`` section) gets ``relay: {port, static_endpoints}``,
+    which makes its node turn tailscaled's peer relay server on.
     """
     h = fleet.host(host)
     team = fleet.teams[h.team]
@@ -135,6 +138,9 @@ def robot_config(dep: Deployment, fleet: FleetConfig, host: str,
         "ca_cert": "ca.crt" if dep.ca_cert else "",
         "master_port": fleet.hosts[team.master].master_port,
     }
+    relay = fleet.relays.get(h.name)
+    if relay is not None:
+        cfg["relay"] = robot_relay_key(relay)
     for k, v in (overrides or {}).items():
         if isinstance(v, dict) and isinstance(cfg.get(k), dict):
             cfg[k] = {**cfg[k], **v}

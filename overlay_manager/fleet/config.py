@@ -30,6 +30,7 @@ from ..validation import (
     shorten,
     type_name,
 )
+from .relays import Relay, parse_relays, relay_tags
 
 #: Host roles, in the order they appear in a team.
 ROLES: tuple[str, ...] = ("robot", "base_station", "operator")
@@ -222,6 +223,7 @@ class FleetConfig:
         keys: see :class:`KeysConfig`.
         teams: teams by name, in file order.
         log_level: headscale log level.
+        relays: peer relays by host name (the ``relays`` section; see fleet/relays.py).
     """
 
     path: str
@@ -231,6 +233,7 @@ class FleetConfig:
     keys: KeysConfig
     teams: dict[str, Team]
     log_level: str = "info"
+    relays: dict[str, Relay] = field(default_factory=dict)
 
     @property
     def hosts(self) -> dict[str, Host]:
@@ -247,11 +250,12 @@ class FleetConfig:
                              file=self.path, host=name) from None
 
     def host_tags(self, name: str) -> list[str]:
-        """ACL tags for host ``name``: its team tag (machine or operator) and its role tag."""
+        """ACL tags for host ``name``: its team tag (machine or operator), its role tag and,
+        for a relay host, ``tag:relay`` and ``tag:relay-<name>``."""
         host = self.host(name)
         team = self.teams[host.team]
         team_tag = team.operator_tag if host.role == "operator" else team.machine_tag
-        return [team_tag, ROLE_TAGS[host.role]]
+        return [team_tag, ROLE_TAGS[host.role]] + relay_tags(self.relays, host.name)
 
 
 def parse_duration(value: Any, *, file: str = "", key: str = "") -> int:
@@ -396,7 +400,7 @@ def load_fleet_dict(data: Any, path: str = "<dict>", base: Path | None = None) -
     r = Reader(path)
     base = base or Path.cwd()
     m = r.mapping(data, "", {"fleet", "base_domain", "server", "keys", "teams", "hosts",
-                             "log_level"}, what="a mapping (see config/fleet.example.yaml)")
+                             "log_level", "relays"}, what="a mapping (see config/fleet.example.yaml)")
     if not m:
         raise r.error("(top level)", "empty fleet file")
 
@@ -497,8 +501,10 @@ def load_fleet_dict(data: Any, path: str = "<dict>", base: Path | None = None) -
                 raise r.error(f"teams.{tname}.master", "host is not in this team", host=master)
         teams[tname] = Team(tname, master, tuple(hosts))
 
+    relays = parse_relays(r, m.get("relays"), {h.name: h for t in teams.values() for h in t.hosts},
+                          list(teams))
     return FleetConfig(path=path, name=name, base_domain=base_domain, server=server, keys=keys,
-                       teams=teams, log_level=log_level)
+                       teams=teams, log_level=log_level, relays=relays)
 
 
 def load_fleet(path: str | Path) -> FleetConfig:

@@ -32,6 +32,9 @@ def test_policy_rules(fleet) -> None:
         {"action": "accept", "src": ["tag:ops-alpha"], "dst": ["tag:team-alpha:*"]},
         {"action": "accept", "src": ["tag:team-bravo"], "dst": ["tag:team-bravo:*", "tag:ops-bravo:*"]},
         {"action": "accept", "src": ["tag:ops-bravo"], "dst": ["tag:team-bravo:*"]},
+        # the relay campus-relay (team alpha) serves bravo too: bravo may only ping it
+        {"action": "accept", "proto": "icmp", "src": ["tag:team-bravo", "tag:ops-bravo"],
+         "dst": ["tag:relay-campus-relay:*"]},
     ]
     # every tag used anywhere (rules and hosts) has an owner, the fleet user
     used = {t for r in p["acls"] for t in r["src"] + [d.rsplit(":", 1)[0] for d in r["dst"]]}

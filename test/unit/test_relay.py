@@ -10,6 +10,9 @@ import pytest
 
 from overlay_manager import relay as R
 from overlay_manager.tailscale import LocalAPI, TailscaleError
+from overlay_manager.validation import MISSING, ConfigError, Reader
+
+READER = Reader("robot.yaml")
 
 
 class PrefsTailscaled:
@@ -45,9 +48,10 @@ class PrefsTailscaled:
 
 
 def test_settings_defaults_and_canonical_endpoints() -> None:
-    assert R.parse_relay_settings(None) is None
-    assert R.parse_relay_settings({}) == R.RelaySettings(40000, ())
-    s = R.parse_relay_settings({"port": 41000, "static_endpoints": ["192.0.2.1:41000", "[2001:db8::1]:41000",
+    assert R.parse_relay_settings(READER, None) is None
+    assert R.parse_relay_settings(READER, MISSING) is None
+    assert R.parse_relay_settings(READER, {}) == R.RelaySettings(40000, ())
+    s = R.parse_relay_settings(READER, {"port": 41000, "static_endpoints": ["192.0.2.1:41000", "[2001:db8::1]:41000",
                                                                    "192.0.2.1:41000"]})
     assert s == R.RelaySettings(41000, ("192.0.2.1:41000", "[2001:db8::1]:41000"))
 
@@ -58,15 +62,17 @@ def test_settings_defaults_and_canonical_endpoints() -> None:
     ({"port": 0}, "relay.port", "1..65535"),
     ({"port": True}, "relay.port", "1..65535"),
     ({"port": "40000"}, "relay.port", "1..65535"),
+    ({"static_endpoints": [""]}, "relay.static_endpoints[0]", "non-empty"),
     ({"static_endpoints": "1.2.3.4:5"}, "relay.static_endpoints", "list"),
     ({"static_endpoints": ["relay.example:40000"]}, "relay.static_endpoints[0]", "no host names"),
     ({"static_endpoints": ["1.2.3.4"]}, "relay.static_endpoints[0]", "ip:port"),
     ({"static_endpoints": ["2001:db8::1:40000"]}, "relay.static_endpoints[0]", "[addr]:port"),
 ])
 def test_settings_errors_name_the_key(raw: Any, key: str, words: str) -> None:
-    with pytest.raises(R.RelaySettingsError) as e:
-        R.parse_relay_settings(raw)
+    with pytest.raises(ConfigError) as e:
+        R.parse_relay_settings(READER, raw)
     assert e.value.key == key and words in str(e.value)
+    assert str(e.value).startswith(f"robot.yaml: {key}: ")
 
 
 def test_patch_only_when_different() -> None:
