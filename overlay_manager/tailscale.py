@@ -24,6 +24,8 @@ import urllib.parse
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional
 
+from .validation import redact  # the one redaction: the key itself and anything key-shaped
+
 DEFAULT_SOCKET = "/var/run/tailscale/tailscaled.sock"
 LOCALAPI_HOST = "local-tailscaled.sock"
 
@@ -313,18 +315,6 @@ def enrol(
             f"`tailscale up` against {request.login_server} as {request.hostname} failed "
             f"(exit {proc.returncode}): {text[-500:]}"
         )
-
-
-def redact(text: str, secret: str) -> str:
-    """Replace every occurrence of secret (and of any hskey-/tskey- token) in text."""
-    if secret:
-        text = text.replace(secret, "<redacted>")
-    out = []
-    for word in text.split(" "):
-        if word.startswith(("hskey-", "tskey-")):
-            word = "<redacted>"
-        out.append(word)
-    return " ".join(out)
 
 
 def parse_netcheck_output(stdout: str) -> Optional[Dict[str, Any]]:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import shutil
 import subprocess
 from dataclasses import dataclass
@@ -17,18 +16,11 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from ..validation import parse_rfc3339, redact
 from .config import FleetError
 
 #: Seconds one CLI call may take before it is abandoned.
 CLI_TIMEOUT_S = 30.0
-
-_KEY_RE = re.compile(r"hskey-[a-z]+-[A-Za-z0-9_*-]+|\b[0-9a-f]{48}\b")
-
-
-def redact(text: str) -> str:
-    """``text`` with anything shaped like a headscale key (``hskey-...``, 48 hex) replaced."""
-    return _KEY_RE.sub("<redacted>", text)
-
 
 def find_headscale(explicit: str | Path | None = None) -> str:
     """Path of the headscale binary.
@@ -55,7 +47,8 @@ def find_headscale(explicit: str | Path | None = None) -> str:
 def parse_time(value: Any) -> datetime | None:
     """A protobuf JSON timestamp (``{"seconds": N, "nanos": M}`` or RFC 3339) -> aware UTC.
 
-    None for a missing or zero timestamp (headscale's "never").
+    None for a missing or zero timestamp (headscale's "never") and for text that is not RFC 3339.
+    Offsets are converted, never dropped (``02:44:23+02:00`` is 00:44:23 UTC).
     """
     if value in (None, "", {}):
         return None
@@ -65,18 +58,10 @@ def parse_time(value: Any) -> datetime | None:
             return None
         return datetime.fromtimestamp(secs + int(value.get("nanos", 0) or 0) / 1e9, timezone.utc)
     if isinstance(value, str):
-        text = value.replace("Z", "+00:00")
-        if "." in text:  # Python 3.11 accepts at most 6 fraction digits
-            head, _, rest = text.partition(".")
-            digits = "".join(ch for ch in rest if ch.isdigit())
-            text = f"{head}.{digits[:6]}{rest[len(digits):]}"
-        try:
-            t = datetime.fromisoformat(text)
-        except ValueError:
+        t = parse_rfc3339(value)
+        if t is None or t.year <= 1:
             return None
-        if t.year <= 1:
-            return None
-        return t if t.tzinfo else t.replace(tzinfo=timezone.utc)
+        return t
     return None
 
 
@@ -199,7 +184,7 @@ class HeadscaleCLI:
             if secret_output:
                 raise FleetError(f"`{what}` printed something that is not JSON",
                                  file=self.config_path) from None
-            raise FleetError(f"`{what}` printed something that is not JSON: {redact(text[:200])}",
+            raise FleetError(f"`{what}` printed something that is not JSON: {redact(text)[:200]}",
                              file=self.config_path) from None
 
     @staticmethod
