@@ -45,7 +45,8 @@ PATH_TINTS = {
 }
 PATH_DESCRIPTIONS = {
     PATH_DIRECT: "direct WireGuard over UDP",
-    PATH_PEER_RELAY: "relayed through a tailscale peer relay",
+    PATH_PEER_RELAY: ("relayed through a fleet peer relay: one UDP hop through a relay machine, "
+                      "near-direct throughput"),
     PATH_DERP: "relayed through a DERP server over HTTPS (much less throughput)",
     PATH_IDLE: "online, no recent traffic: no path known yet",
     PATH_OFFLINE: "the control server reports the peer offline",
@@ -91,17 +92,28 @@ def path_description(path: str) -> str:
     return PATH_DESCRIPTIONS.get(path, f"unrecognised path {path!r}")
 
 
-def path_where(path: str, endpoint: str, relay_region: str) -> str:
+def path_where(path: str, endpoint: str, relay_region: str, relay_host: str = "") -> str:
     """The "endpoint or relay region" column: where traffic to the peer goes now.
 
-    direct: the UDP endpoint; peer-relay: the relay; derp: "DERP <region>";
-    otherwise the home region in brackets when known (it is not in use), else empty.
+    direct: the UDP endpoint; peer-relay: "relay <host> <ip:port>" (the relay machine's short
+    name when known, and its endpoint); derp: "DERP <region>"; otherwise the home region in
+    brackets when known (it is not in use), else empty.
     """
+    if path == PATH_PEER_RELAY and relay_host:
+        return f"relay {relay_host} {endpoint}" if endpoint else f"relay {relay_host}"
     if path in (PATH_DIRECT, PATH_PEER_RELAY):
         return endpoint or NO_VALUE
     if path == PATH_DERP:
         return f"DERP {relay_region}" if relay_region else "DERP"
     return f"(home DERP {relay_region})" if relay_region else ""
+
+
+def peer_where(peer: Any) -> str:
+    """:func:`path_where` of a Peer message (peer-relay: its relay host and relay endpoint)."""
+    relay_ep = getattr(peer, "peer_relay", "") or peer.endpoint
+    if peer.path == PATH_PEER_RELAY:
+        return path_where(peer.path, relay_ep, peer.relay_region, getattr(peer, "relay_host", ""))
+    return path_where(peer.path, peer.endpoint, peer.relay_region)
 
 
 def is_nan(value: Optional[float]) -> bool:
@@ -288,7 +300,7 @@ def wait_text(peer: str, resp: Any, require_direct: bool = True) -> Verdict:
         now = f" (path now {resp.peer.path})" if resp.peer.path else ""
         return Verdict(f"wait for {peer} {goal}: not {goal} after {resp.waited:.1f} s: {why}{now}",
                        LEVEL_ERROR)
-    where = path_where(resp.peer.path, resp.peer.endpoint, resp.peer.relay_region)
+    where = peer_where(resp.peer)
     return Verdict(f"wait for {peer} {goal}: {resp.peer.path} after {resp.waited:.1f} s"
                    + (f" ({where})" if where else ""), LEVEL_OK)
 

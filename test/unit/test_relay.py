@@ -151,3 +151,23 @@ def test_summary_says_what_it_means() -> None:
     assert not ok and "serves UDP 40000" in text
     text, ok = R.relay_summary(R.RelaySettings(40000), R.RelayServerState(error="boom"))
     assert not ok and "boom" in text
+
+
+def test_dashboard_words_for_peer_relay() -> None:
+    from types import SimpleNamespace
+
+    from overlay_manager.dashboard import format as fmt
+
+    peer = SimpleNamespace(path="peer-relay", endpoint="10.231.12.10:40000:vni:3", relay_region="lab",
+                           peer_relay="10.231.12.10:40000", relay_host="relay1")
+    assert fmt.peer_where(peer) == "relay relay1 10.231.12.10:40000"
+    unknown = SimpleNamespace(path="peer-relay", endpoint="10.231.12.10:40000:vni:3", relay_region="lab",
+                              peer_relay="10.231.12.10:40000", relay_host="")
+    assert fmt.peer_where(unknown) == "10.231.12.10:40000"
+    derp = SimpleNamespace(path="derp", endpoint="", relay_region="lab", peer_relay="", relay_host="")
+    assert fmt.peer_where(derp) == "DERP lab"
+    assert "near-direct" in fmt.path_description("peer-relay")
+    assert fmt.path_colour("peer-relay") != fmt.path_colour("derp")
+    ping = SimpleNamespace(ok=True, received=3, latency_mean_ms=1.0, latency_min_ms=0.9, latency_max_ms=1.2,
+                           path="peer-relay", endpoint="10.231.12.10:40000")
+    assert fmt.ping_text("robot4", ping).level == fmt.LEVEL_OK
