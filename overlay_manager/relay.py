@@ -272,3 +272,48 @@ def relay_summary(settings: Optional[RelaySettings], state: RelayServerState) ->
     bound = sum(1 for s in state.sessions if s.bound)
     return (f"relays on UDP {state.port}: {len(state.sessions)} session(s), {bound} carrying "
             "traffic", True)
+
+
+# ----- the client side: which relay a peer-relay link goes through (pure) ---------------------
+def relay_endpoint(peer_relay: str) -> str:
+    """The relay's ``ip:port`` from ipnstate's PeerRelay (``"{ip}:{port}:vni:{vni}"``).
+
+    Returns "" for "" and the text unchanged when it has no ``:vni:`` part.
+    """
+    head, _sep, _vni = peer_relay.partition(":vni:")
+    return head
+
+
+def _addr_of(endpoint: str) -> str:
+    """The address part of ``ip:port`` / ``[ip]:port`` ("" when there is none)."""
+    host, sep, _port = endpoint.rpartition(":")
+    if not sep:
+        return ""
+    return host[1:-1] if host.startswith("[") and host.endswith("]") else host
+
+
+def relay_host_name(endpoint: str, peers: Any) -> str:
+    """Short name of the tailnet machine that serves the relay at ``endpoint`` ("" = unknown).
+
+    Args:
+        endpoint: the relay's ``ip:port`` (see :func:`relay_endpoint`).
+        peers: ipnstate.PeerStatus dicts (status ``Peer`` values, ``Self`` included if wanted).
+
+    A machine serves the relay when its underlay endpoints (``Addrs``, ``CurAddr``) have the
+    relay's address: a relay server binds all interfaces, so its address is the machine's.
+    A relay reached only through a static endpoint (a port forward) stays unknown.
+    """
+    addr = _addr_of(endpoint)
+    if not addr:
+        return ""
+    for ps in peers or ():
+        if not isinstance(ps, Mapping):
+            continue
+        eps = list(ps.get("Addrs") or []) + [ps.get("CurAddr") or ""]
+        if any(isinstance(e, str) and _addr_of(e) == addr for e in eps):
+            dns = ps.get("DNSName")
+            if isinstance(dns, str) and dns.strip("."):
+                return dns.split(".", 1)[0]
+            host = ps.get("HostName")
+            return host if isinstance(host, str) else ""
+    return ""

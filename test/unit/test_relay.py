@@ -171,3 +171,19 @@ def test_dashboard_words_for_peer_relay() -> None:
     ping = SimpleNamespace(ok=True, received=3, latency_mean_ms=1.0, latency_min_ms=0.9, latency_max_ms=1.2,
                            path="peer-relay", endpoint="10.231.12.10:40000")
     assert fmt.ping_text("robot4", ping).level == fmt.LEVEL_OK
+
+
+def test_relay_endpoint_and_host() -> None:
+    assert R.relay_endpoint("192.168.0.1:40000:vni:1") == "192.168.0.1:40000"
+    assert R.relay_endpoint("[2001:db8::1]:40000:vni:7") == "[2001:db8::1]:40000"
+    assert R.relay_endpoint("") == ""
+    peers = [
+        {"DNSName": "robot3.fleet.internal.", "HostName": "robot3", "Addrs": ["10.231.12.10:41641"]},
+        {"DNSName": "relay1.fleet.internal.", "HostName": "relay1",
+         "Addrs": ["10.231.15.10:41641", "[2001:db8::1]:41641"], "CurAddr": ""},
+    ]
+    assert R.relay_host_name("10.231.15.10:40000", peers) == "relay1"
+    assert R.relay_host_name("[2001:db8::1]:40000", peers) == "relay1"
+    assert R.relay_host_name("203.0.113.9:40000", peers) == ""  # a static endpoint: unknown
+    assert R.relay_host_name("", peers) == ""
+    assert R.relay_host_name("10.231.15.10:40000", [{"Addrs": None}, "junk"]) == ""
