@@ -1,6 +1,7 @@
 """The dashboard's model: a QObject that owns the ROS side and tells the view through Signals.
 
-It subscribes to one overlay_manager node's ``~peers``, ``~status`` and ``~path_changes``, calls its
+It subscribes to one overlay_manager node's ``~peers``, ``~status``, ``~path_changes`` and
+``~topic_links``, notes when the node last spoke (to mark it stale), calls its
 ``~ping_peer``, ``~measure_link`` and ``~wait_for_peer`` services on worker threads (never on the
 GUI thread), looks for overlay_manager nodes on the graph, and keeps per-peer history.
 
@@ -20,8 +21,14 @@ import rospy
 from python_qt_binding.QtCore import QObject, QTimer, Signal
 
 from overlay_manager.dashboard import format as fmt
-from overlay_manager.dashboard.state import DEFAULT_NODE, HistoryStore, nodes_from_topics, normalise_node
-from overlay_manager.msg import OverlayStatus, PathChange, PeerList
+from overlay_manager.dashboard.state import (
+    DEFAULT_NODE,
+    Freshness,
+    HistoryStore,
+    nodes_from_topics,
+    normalise_node,
+)
+from overlay_manager.msg import OverlayStatus, PathChange, PeerList, TopicLinkList
 from overlay_manager.srv import MeasureLink, PingPeer, WaitForPeer
 
 ACTION_PING = "ping"
@@ -56,6 +63,7 @@ class OverlayModel(QObject):
     peers_received = Signal(object)       # overlay_manager/PeerList
     status_received = Signal(object)      # overlay_manager/OverlayStatus
     path_change_received = Signal(object) # overlay_manager/PathChange
+    topic_links_received = Signal(object) # overlay_manager/TopicLinkList
     action_started = Signal(str, str)     # action, peer
     action_finished = Signal(object)      # ActionResult
     error = Signal(str)                   # something the operator should see
@@ -68,6 +76,7 @@ class OverlayModel(QObject):
         self._node = ""
         self._subscribers: List[rospy.Subscriber] = []
         self._history = HistoryStore(history_samples)
+        self._freshness = Freshness()
         self._closed = False
         self._discovering = False
         self._nodes: List[str] = []
@@ -139,6 +148,7 @@ class OverlayModel(QObject):
         for sub in old:
             sub.unregister()
         self._history.clear()
+        self._freshness.clear()
         if name:
             subs = [
                 rospy.Subscriber(f"{name}/peers", PeerList, self._on_peers, callback_args=name,
@@ -147,6 +157,8 @@ class OverlayModel(QObject):
                                  callback_args=name, queue_size=5),
                 rospy.Subscriber(f"{name}/path_changes", PathChange, self._on_path_change,
                                  callback_args=name, queue_size=50),
+                rospy.Subscriber(f"{name}/topic_links", TopicLinkList, self._on_topic_links,
+                                 callback_args=name, queue_size=2),
             ]
             with self._lock:
                 if self._node == name and not self._closed:
@@ -162,6 +174,7 @@ class OverlayModel(QObject):
     def _on_peers(self, msg: PeerList, name: str) -> None:
         if not self._current(name):
             return
+        self._freshness.note(time.monotonic())
         t = msg.header.stamp.to_sec() or time.time()
         for p in msg.peers:
             self._history.add_counters(p.name, t, p.latency_ms, p.rx_bytes, p.tx_bytes)
@@ -169,7 +182,23 @@ class OverlayModel(QObject):
 
     def _on_status(self, msg: OverlayStatus, name: str) -> None:
         if self._current(name):
+            self._freshness.note(time.monotonic())
             self._emit(self.status_received, msg)
+
+    def _on_topic_links(self, msg: TopicLinkList, name: str) -> None:
+        if self._current(name):
+            self._emit(self.topic_links_received, msg)
+
+    # ------------------------------------------------------------------ staleness
+    def stale_for(self) -> Optional[float]:
+        """Seconds since the selected node last published ~peers/~status when that is more than
+        three of its publish periods (it died, or its master went away); None = fresh or nothing
+        received yet."""
+        return self._freshness.stale(time.monotonic())
+
+    def stale_after(self) -> float:
+        """Seconds of silence after which the selected node counts as stale."""
+        return self._freshness.stale_after()
 
     def _on_path_change(self, msg: PathChange, name: str) -> None:
         if self._current(name):

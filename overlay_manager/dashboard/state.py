@@ -4,6 +4,7 @@
   published-topics list (a node is found by its ``~peers`` topic of type overlay_manager/PeerList).
 - ``HistoryStore``: per-peer history of latency and rx/tx rates for the small plots; rates come
   from tailscaled's byte counters between two PeerList messages.
+- ``Freshness``: when the selected node last published, so a node that died is marked stale.
 """
 
 from __future__ import annotations
@@ -126,3 +127,58 @@ class HistoryStore:
         """Peers with any history."""
         with self._lock:
             return sorted(self._samples)
+
+
+STALE_PERIODS = 3.0       # a node is stale after this many of its publish periods without a message
+MIN_STALE_AFTER_S = 3.0   # ... but never sooner than this many seconds
+DEFAULT_PERIOD_S = 1.0    # publish period assumed before two messages arrived (node.publish_rate 1 Hz)
+
+
+class Freshness:
+    """When the selected node last spoke, to mark it stale when it stops (latched topics keep
+    showing the last state of a dead node, all green).
+
+    The node republishes ``~peers`` and ``~status`` every publish period, so the period is learnt
+    from the gaps between messages (the shortest recent gap, as bursts on change only make gaps
+    shorter). Times are monotonic seconds. Thread-safe: ROS callbacks note messages while the GUI
+    thread asks.
+    """
+
+    def __init__(self, window: int = 8) -> None:
+        """Learn the period from the last ``window`` gaps."""
+        self._lock = threading.Lock()
+        self._last: Optional[float] = None
+        self._gaps: Deque[float] = deque(maxlen=window)
+
+    def clear(self) -> None:
+        """Forget everything (another node was selected)."""
+        with self._lock:
+            self._last = None
+            self._gaps.clear()
+
+    def note(self, now: float) -> None:
+        """A message arrived at ``now``."""
+        with self._lock:
+            if self._last is not None and now - self._last > 0.05:  # ~peers and ~status come together
+                self._gaps.append(now - self._last)
+            if self._last is None or now - self._last > 0.05:
+                self._last = now
+
+    def period(self) -> float:
+        """The node's publish period in seconds (DEFAULT_PERIOD_S until learnt)."""
+        with self._lock:
+            return min(self._gaps) if self._gaps else DEFAULT_PERIOD_S
+
+    def stale_after(self) -> float:
+        """Seconds of silence after which the node counts as stale."""
+        return max(MIN_STALE_AFTER_S, STALE_PERIODS * self.period())
+
+    def age(self, now: float) -> Optional[float]:
+        """Seconds since the last message; None = nothing received yet."""
+        with self._lock:
+            return None if self._last is None else max(0.0, now - self._last)
+
+    def stale(self, now: float) -> Optional[float]:
+        """Seconds since the last message when the node is stale, else None."""
+        age = self.age(now)
+        return age if age is not None and age > self.stale_after() else None

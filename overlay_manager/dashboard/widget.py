@@ -1,4 +1,5 @@
-"""The dashboard's view: peer table, this machine's state, history plot, path-change log, actions.
+"""The dashboard's view: peer table, Topics view, this machine's state, history plot, path-change
+log, actions; a node that stops publishing is marked stale.
 
 The layout comes from ``resource/overlay_dashboard.ui``. The widget reads nothing from ROS itself:
 it shows what the model signals (over queued connections, so slots run on the GUI thread) and asks
@@ -29,6 +30,7 @@ from python_qt_binding.QtWidgets import (
 )
 
 from overlay_manager.dashboard import format as fmt
+from overlay_manager.dashboard import topics as tv
 from overlay_manager.dashboard.model import ActionResult, OverlayModel
 from overlay_manager.dashboard.plot import HistoryPlot
 from overlay_manager.dashboard.state import DEFAULT_NODE, normalise_node
@@ -38,7 +40,7 @@ UI_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "resource", "
 # (key, header, tooltip); keys are what the settings store.
 COLUMNS: Tuple[Tuple[str, str, str], ...] = (
     ("name", "Name", "short name (hostname label)"),
-    ("address", "Overlay address", "first overlay IP address; the tooltip has the overlay name"),
+    ("address", "Overlay IP", "first overlay IP address; the tooltip has the overlay name"),
     ("online", "Online", "the control server reports the peer connected"),
     ("path", "Path", "direct | peer-relay | derp (relayed) | idle (no traffic yet) | offline"),
     ("where", "Endpoint / relay", "UDP endpoint of a direct path, or the DERP region relaying it"),
@@ -49,6 +51,10 @@ COLUMNS: Tuple[Tuple[str, str, str], ...] = (
 )
 COLUMN_KEYS = tuple(c[0] for c in COLUMNS)
 COL = {key: i for i, key in enumerate(COLUMN_KEYS)}
+TOPIC_KEYS = tuple(c[0] for c in tv.TOPIC_COLUMNS)
+TCOL = {key: i for i, key in enumerate(TOPIC_KEYS)}
+STALE_FOREGROUND = "#9e9e9e"   # text of every cell while the node is stale
+STALE_BACKGROUND = "#eeeeee"   # background of every cell (path cells too) while the node is stale
 
 SETTING_NODE = "node"
 SETTING_HIDDEN = "hidden_columns"
@@ -127,17 +133,25 @@ class OverlayDashboardWidget(QWidget):
         self._status: Any = None
         self._user_picked_node = False
         self._busy: Dict[str, str] = {}           # peer -> running action
+        self._stale = False                       # the rows are greyed out as stale
+        self._headline = ""                       # the headline while the node is fresh
+        self._links: Any = None                   # the last TopicLinkList (repainted after stale)
 
         self.plot = HistoryPlot(self.plot_container)
         self.plot_layout.addWidget(self.plot)
         self._setup_table()
+        self._setup_topic_table()
         self._setup_columns_menu()
-        # the peer table gets the room; the status panel keeps its natural height
-        for index, stretch in enumerate((0, 3, 2)):
-            self.main_splitter.setStretchFactor(index, stretch)
-        self.main_splitter.setSizes([self.self_group.sizeHint().height(), 220, 320])
+        # the peer table (and Topics) get most of the window; this machine's state has its own
+        # tab; the selected-peer/log pane below keeps a small share (splitter handle to resize)
+        self.main_splitter.setStretchFactor(0, 4)
+        self.main_splitter.setStretchFactor(1, 1)
+        self.main_splitter.setChildrenCollapsible(False)
+        self.main_splitter.setSizes([560, 170])
         self.peer_table.setMinimumHeight(110)
-        self.result_text.setMaximumHeight(6 * self.result_text.fontMetrics().height())
+        self.plot.setMinimumHeight(60)
+        self.result_text.setMaximumHeight(4 * self.result_text.fontMetrics().height())
+        self.result_text.setMinimumHeight(2 * self.result_text.fontMetrics().height())
         self.bottom_splitter.setStretchFactor(0, 3)
         self.bottom_splitter.setStretchFactor(1, 2)
         # long texts (NAT, health, ROS) may be cut in a narrow window; their tooltips keep all of it
@@ -150,13 +164,12 @@ class OverlayDashboardWidget(QWidget):
         model.peers_received.connect(self._on_peers, q)
         model.status_received.connect(self._on_status, q)
         model.path_change_received.connect(self._on_path_change, q)
+        model.topic_links_received.connect(self._on_topic_links, q)
         model.action_started.connect(self._on_action_started, q)
         model.action_finished.connect(self._on_action_finished, q)
         model.error.connect(self._on_error, q)
 
         self.node_combo.activated[str].connect(self._on_node_picked)
-        self.node_combo.lineEdit().returnPressed.connect(
-            lambda: self._on_node_picked(self.node_combo.currentText()))
         self.refresh_button.clicked.connect(model.refresh_nodes)
         self.peer_table.itemSelectionChanged.connect(self._on_selection)
         self.ping_button.clicked.connect(self.ping_selected)
@@ -185,9 +198,25 @@ class OverlayDashboardWidget(QWidget):
         t.verticalHeader().setDefaultSectionSize(t.fontMetrics().height() + 8)
         self._path_delegate = _PathDelegate(t)
         t.setItemDelegateForColumn(COL["path"], self._path_delegate)
-        for key, width in (("name", 110), ("address", 120), ("online", 60), ("path", 90),
-                           ("where", 170), ("latency", 80), ("rx", 95), ("tx", 95)):
+        # fits rqt's default plugin width without horizontal scrolling (the last column stretches)
+        for key, width in (("name", 90), ("address", 100), ("online", 55), ("path", 75),
+                           ("where", 135), ("latency", 70), ("rx", 88), ("tx", 88)):
             t.setColumnWidth(COL[key], width)
+
+    def _setup_topic_table(self) -> None:
+        t = self.topic_table
+        t.setColumnCount(len(tv.TOPIC_COLUMNS))
+        for i, (_, header, tip) in enumerate(tv.TOPIC_COLUMNS):
+            item = QTableWidgetItem(header)
+            item.setToolTip(tip)
+            t.setHorizontalHeaderItem(i, item)
+        t.horizontalHeader().setSectionResizeMode(QHeaderView.Interactive)
+        t.sortItems(TCOL["topic"], Qt.AscendingOrder)
+        t.verticalHeader().setDefaultSectionSize(t.fontMetrics().height() + 8)
+        self._topic_path_delegate = _PathDelegate(t)
+        t.setItemDelegateForColumn(TCOL["path"], self._topic_path_delegate)
+        for key, width in (("topic", 220), ("from", 100), ("to", 100), ("path", 80), ("where", 140)):
+            t.setColumnWidth(TCOL[key], width)
 
     def _setup_columns_menu(self) -> None:
         self._columns_menu = QMenu(self)
@@ -279,12 +308,16 @@ class OverlayDashboardWidget(QWidget):
         self._peers.clear()
         self._handshakes.clear()
         self._status = None
+        self._stale = False
+        self._links = None
         self.peer_table.setRowCount(0)
+        self.topic_table.setRowCount(0)
+        self.topics_label.setText(f"waiting for {node}/topic_links" if node else "no node selected")
         self.path_log.clear()
         for name in ("state_value", "self_value", "nat_value", "control_value", "ros_value",
                      "health_value"):
             getattr(self, name).setText("-")
-        self.headline_label.setText(f"waiting for {node}/peers" if node else "no node selected")
+        self._set_headline(f"waiting for {node}/peers" if node else "no node selected")
         self._on_selection()
 
     # ------------------------------------------------------------------ model data
@@ -299,7 +332,11 @@ class OverlayDashboardWidget(QWidget):
         t.setSortingEnabled(True)  # re-sorts by the current indicator
         if selected:
             self._select_row_of(selected)
-        self.headline_label.setText(fmt.peer_counts(msg.peers))
+        if self._stale:
+            self._stale = False
+            if self._links is not None:
+                self._on_topic_links(self._links)
+        self._set_headline(fmt.peer_counts(msg.peers))
         self._update_selected_panel()
 
     def _fill_row(self, row: int, peer: Any) -> None:
@@ -354,6 +391,33 @@ class OverlayDashboardWidget(QWidget):
                                   if msg.health else _coloured("no warnings", fmt.LEVEL_OK))
         self.health_value.setToolTip("\n".join(msg.health))
 
+    def _on_topic_links(self, msg: Any) -> None:
+        self._links = msg
+        rows = tv.topic_rows(msg.links)
+        t = self.topic_table
+        t.setSortingEnabled(False)
+        t.setRowCount(len(rows))
+        for i, r in enumerate(rows):
+            items = {
+                "topic": _item(r.topic, tooltip=r.topic_tip),
+                "from": _item(r.sender, tooltip=r.sender_tip),
+                "to": _item(r.receiver, tooltip=r.receiver_tip),
+                "path": _item(r.path, tooltip=fmt.path_description(r.path)),
+                "where": _item(r.where),
+                "rate": _item(r.rate, r.rate_sort),
+            }
+            tint = QBrush(QColor(fmt.path_tint(r.path)))
+            for key, item in items.items():
+                item.setBackground(tint)
+                t.setItem(i, TCOL[key], item)
+            items["path"].setBackground(QBrush(QColor(fmt.path_colour(r.path))))
+            items["path"].setForeground(QBrush(QColor("#ffffff")))
+            items["path"].setTextAlignment(Qt.AlignCenter)
+            items["rate"].setTextAlignment(Qt.AlignRight | Qt.AlignVCenter)
+        t.setSortingEnabled(True)
+        self.topics_label.setText(tv.topics_headline(rows) if rows else
+                                  "no ROS topic connection crosses machines (or none is known yet)")
+
     def _on_path_change(self, msg: Any) -> None:
         item = QListWidgetItem(fmt.path_change_text(msg))
         item.setForeground(QBrush(QColor(fmt.path_colour(msg.new_path))))
@@ -405,7 +469,32 @@ class OverlayDashboardWidget(QWidget):
             f"latency {fmt.format_latency(peer.latency_ms)}{busy}")
         self.plot.set_samples(name, self._model.history(name))
 
+    def _set_headline(self, text: str) -> None:
+        """The headline while the node is fresh (a stale node's warning replaces it on the tick)."""
+        self._headline = text
+        if not self._stale:
+            self.headline_label.setText(text)
+
+    def _check_stale(self) -> None:
+        """Grey out the tables and say so when the node stopped publishing (a dead node's latched
+        ~peers would otherwise stay green); the next ~peers message restores the colours."""
+        age = self._model.stale_for()
+        if age is None:  # fresh (or ~status came back first: the grey stays until ~peers refills)
+            return
+        self._stale = True
+        self.headline_label.setText(_coloured(
+            tv.stale_text(self._model.node(), age, self._model.stale_after()), fmt.LEVEL_ERROR))
+        grey, back = QBrush(QColor(STALE_FOREGROUND)), QBrush(QColor(STALE_BACKGROUND))
+        for table in (self.peer_table, self.topic_table):
+            for row in range(table.rowCount()):
+                for column in range(table.columnCount()):
+                    item = table.item(row, column)
+                    if item is not None:
+                        item.setForeground(grey)
+                        item.setBackground(back)
+
     def _on_tick(self) -> None:
+        self._check_stale()
         now = time.time()
         column = COL["handshake"]
         for row in range(self.peer_table.rowCount()):
@@ -463,8 +552,8 @@ class OverlayDashboardWidget(QWidget):
     def snapshot(self) -> Dict[str, Any]:
         """What the view shows right now, as plain data (tests, logs): the selected node, headline,
         this machine's fields (plain text), the peer table (cell texts by column key plus the path
-        cell's and the row's background colours), the path-change log (newest first) and the last
-        action result."""
+        cell's and the row's background colours), the path-change log (newest first), the last
+        action result, whether the node is marked stale, and the Topics view."""
         t = self.peer_table
         rows = []
         for row in range(t.rowCount()):
@@ -486,7 +575,22 @@ class OverlayDashboardWidget(QWidget):
             "selected_peer": self.selected_peer(),
             "path_log": [self.path_log.item(i).text() for i in range(self.path_log.count())],
             "last_result": self.last_result(),
+            "stale": self._stale,
+            "topics_headline": _plain(self.topics_label.text()),
+            "topics": self.topic_rows(),
         }
+
+    def topic_rows(self) -> List[Dict[str, str]]:
+        """The Topics view as plain data: cell texts by column key plus the path cell's colour."""
+        t = self.topic_table
+        rows = []
+        for row in range(t.rowCount()):
+            cells = {key: (t.item(row, TCOL[key]).text() if t.item(row, TCOL[key]) else "")
+                     for key in TOPIC_KEYS}
+            path_item = t.item(row, TCOL["path"])
+            cells["path_colour"] = path_item.background().color().name() if path_item else ""
+            rows.append(cells)
+        return rows
 
     def shutdown(self) -> None:
         """Stop the clock (the model is shut down by its owner)."""

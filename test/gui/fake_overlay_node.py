@@ -2,10 +2,12 @@
 """A stand-in overlay_manager node for dashboard tests: real topics and services, made-up data.
 
 Run as ``fake_overlay_node.py __name:=overlay_manager`` against a test roscore. It publishes
-~peers (latched, 2 Hz, counters growing), ~status (latched) and serves ~ping_peer,
-~measure_link, ~wait_for_peer and ~get_peer. Commands on stdin, one per line:
+~peers (latched, 2 Hz, counters growing), ~status (latched, 2 Hz), ~topic_links (latched) and
+serves ~ping_peer, ~measure_link, ~wait_for_peer and ~get_peer. Commands on stdin, one per line:
 
     path <peer> <new_path> [endpoint-or-region]   change a peer's path (publishes ~path_changes)
+    pause                                         stop publishing ~peers/~status (a dead node)
+    resume                                        publish again
     quit                                          exit
 
 It prints "ready" on stdout once everything is advertised.
@@ -20,7 +22,7 @@ from typing import Dict
 
 import rospy
 
-from overlay_manager.msg import NatSummary, OverlayStatus, PathChange, Peer, PeerList
+from overlay_manager.msg import NatSummary, OverlayStatus, PathChange, Peer, PeerList, TopicLink, TopicLinkList
 from overlay_manager.srv import (
     GetPeer,
     GetPeerResponse,
@@ -57,14 +59,16 @@ class FakeOverlayNode:
         }
         self.rates = {"robot1": (2_000_000, 150_000), "robot2": (120_000, 40_000), "robot3": (0, 0)}
         self.last_publish = now
+        self.paused = False
         self.peers_pub = rospy.Publisher("~peers", PeerList, queue_size=1, latch=True)
         self.status_pub = rospy.Publisher("~status", OverlayStatus, queue_size=1, latch=True)
         self.changes_pub = rospy.Publisher("~path_changes", PathChange, queue_size=10)
+        self.links_pub = rospy.Publisher("~topic_links", TopicLinkList, queue_size=1, latch=True)
         rospy.Service("~ping_peer", PingPeer, self.ping)
         rospy.Service("~measure_link", MeasureLink, self.measure)
         rospy.Service("~wait_for_peer", WaitForPeer, self.wait)
         rospy.Service("~get_peer", GetPeer, self.get)
-        self.status_pub.publish(OverlayStatus(
+        self.status = OverlayStatus(
             header=rospy.Header(stamp=now), backend_state="Running", tailscaled_reachable=True,
             enrolled=True, login_server="https://headscale.lab:8443", control_reachable=True,
             self_name="laptop1", self_dns_name="laptop1.fleet.internal",
@@ -74,11 +78,27 @@ class FakeOverlayNode:
             nat=NatSummary(known=True, udp=True, hard_nat=False, hard_nat_known=True,
                            preferred_derp="lab", preferred_derp_latency_ms=0.4,
                            summary="easy NAT (endpoint-independent mapping)"),
-            tailscale_version="1.102.5"))
+            tailscale_version="1.102.5")
+        self.status_pub.publish(self.status)
+        self.links_pub.publish(TopicLinkList(header=rospy.Header(stamp=now), links=[
+            TopicLink(topic="/robot1/camera/image_raw", type="sensor_msgs/Image",
+                      publisher_node="/robot1/camera", publisher_host="robot1",
+                      subscriber_node="/laptop1/viewer", subscriber_host="laptop1", local=False,
+                      path=Peer.PATH_DIRECT, endpoint="192.0.2.10:41641", bytes_per_second=2_000_000.0),
+            TopicLink(topic="/robot2/cmd_vel", type="geometry_msgs/Twist",
+                      publisher_node="/laptop1/teleop", publisher_host="laptop1",
+                      subscriber_node="/robot2/base", subscriber_host="robot2", local=False,
+                      path=Peer.PATH_DERP, endpoint="lab", bytes_per_second=math.nan),
+            TopicLink(topic="/rosout", type="rosgraph_msgs/Log", publisher_node="/laptop1/viewer",
+                      publisher_host="laptop1", subscriber_node="/rosout", subscriber_host="laptop1",
+                      local=True, path=Peer.PATH_SELF, bytes_per_second=100.0),
+        ]))
 
     def publish(self, _event: object = None) -> None:
         """Publish ~peers with byte counters grown at each peer's rate."""
         with self.lock:
+            if self.paused:
+                return
             now = rospy.Time.now()
             dt = (now - self.last_publish).to_sec()
             self.last_publish = now
@@ -90,6 +110,8 @@ class FakeOverlayNode:
             msg.self_peer = Peer(name="laptop1", dns_name="laptop1.fleet.internal", addresses=["100.64.0.1"],
                             online=True, path=Peer.PATH_SELF)
             self.peers_pub.publish(msg)
+            self.status.header.stamp = now
+            self.status_pub.publish(self.status)
 
     def set_path(self, name: str, path: str, where: str = "") -> None:
         """Change a peer's path and announce it on ~path_changes."""
@@ -163,7 +185,11 @@ def main() -> None:
             continue
         if words[0] == "quit":
             break
-        if words[0] == "path" and len(words) >= 3:
+        if words[0] in ("pause", "resume"):
+            with node.lock:
+                node.paused = words[0] == "pause"
+            print(f"ok {words[0]}", flush=True)
+        elif words[0] == "path" and len(words) >= 3:
             node.set_path(words[1], words[2], words[3] if len(words) > 3 else "")
             print(f"ok {line.strip()}", flush=True)
         else:

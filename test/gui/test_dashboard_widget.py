@@ -4,8 +4,10 @@
     /usr/bin/python3 -m pytest test/gui -v
 
 Checks: the node is discovered, the peer table fills, a path change recolours the row and lands in
-the log, ping / measure link / wait for direct show their results, settings round-trip, and the
-standalone window runs and saves QSettings. Saves artifacts/dashboard.png.
+the log, ping / measure link / wait for direct show their results, settings round-trip, the Topics
+view fills from ~topic_links, a node that stops publishing is marked stale (and unmarked when it
+comes back), the peer table gets most of a small window, and the standalone window runs and
+saves QSettings. Saves artifacts/dashboard.png.
 """
 
 from __future__ import annotations
@@ -165,6 +167,79 @@ def test_settings_round_trip(dashboard, qapp) -> None:
     other.deleteLater()
     dashboard.set_column_visible("tx", True)
     dashboard.peer_table.sortItems(COL["name"], 0)
+
+
+def test_node_selector_is_not_editable(dashboard) -> None:
+    # an editable combo box with focus can crash Qt when rqt closes; picking from a list and
+    # Refresh serve as well
+    assert not dashboard.node_combo.isEditable()
+    assert dashboard.refresh_button.isEnabled()
+
+
+def test_topics_view_fills(dashboard) -> None:
+    from overlay_manager.dashboard.widget import STALE_BACKGROUND
+    wait_for(lambda: len(dashboard.topic_rows()) == 2 and dashboard.topic_rows()[0]["path_colour"]
+             != STALE_BACKGROUND, 15,
+             "2 cross-machine topic links in the Topics view (the local /rosout link left out)",
+             lambda: str(dashboard.snapshot()["topics"]))
+    rows = {r["topic"]: r for r in dashboard.topic_rows()}
+    cam = rows["/robot1/camera/image_raw"]
+    assert (cam["from"], cam["to"], cam["path"], cam["where"]) == ("robot1", "laptop1", "direct",
+                                                                  "192.0.2.10:41641")
+    assert cam["rate"] == "16.0 Mbit/s"
+    assert cam["path_colour"] == fmt.path_colour("direct")
+    teleop = rows["/robot2/cmd_vel"]
+    assert (teleop["from"], teleop["to"], teleop["path"], teleop["where"], teleop["rate"]) == (
+        "laptop1", "robot2", "derp", "DERP lab", "-")
+    assert teleop["path_colour"] == fmt.path_colour("derp")
+    assert dashboard.snapshot()["topics_headline"] == "2 topic links: 1 derp, 1 direct"
+
+
+def test_peer_table_gets_most_of_the_window(qapp, rospy_node, fake_node) -> None:
+    """At 800x600 (a small rqt window) the peers fill most of the height, all columns fit."""
+    from overlay_manager.dashboard.model import OverlayModel
+    from overlay_manager.dashboard.widget import OverlayDashboardWidget
+    model = OverlayModel()
+    widget = OverlayDashboardWidget(model)
+    widget.resize(800, 600)
+    widget.show()
+    widget.start(NODE)
+    try:
+        wait_for(lambda: widget.peer_table.rowCount() == 3, 15, "3 peers in the small window",
+                 lambda: table_text(widget))
+        qapp.processEvents()
+        table = widget.peer_table
+        assert table.height() >= 0.5 * widget.height(), (table.height(), widget.height())
+        rows_visible = table.viewport().height() // table.verticalHeader().defaultSectionSize()
+        assert rows_visible >= 12, rows_visible
+        assert not table.horizontalScrollBar().isVisible()
+    finally:
+        widget.shutdown()
+        model.shutdown()
+        widget.close()
+        widget.deleteLater()
+
+
+def test_stale_node_is_marked(dashboard, fake_node) -> None:
+    from overlay_manager.dashboard.widget import STALE_BACKGROUND
+    wait_for(lambda: dashboard.peer_table.rowCount() == 3 and not dashboard.snapshot()["stale"], 15,
+             "a fresh table", lambda: dashboard.snapshot()["headline"])
+    assert send_command(fake_node, "pause") == "ok pause"
+    try:
+        wait_for(lambda: dashboard.snapshot()["stale"], 10,
+                 "the stale mark after ~peers/~status stopped (3 publish periods, at least 3 s)",
+                 lambda: dashboard.snapshot()["headline"])
+        snap = dashboard.snapshot()
+        assert snap["headline"].startswith("STALE since"), snap["headline"]
+        assert f"from {NODE}" in snap["headline"]
+        assert all(r["path_colour"] == STALE_BACKGROUND for r in snap["rows"]), snap["rows"]
+        assert all(r["path_colour"] == STALE_BACKGROUND for r in snap["topics"]), snap["topics"]
+    finally:
+        assert send_command(fake_node, "resume") == "ok resume"
+    wait_for(lambda: not dashboard.snapshot()["stale"], 10, "the stale mark to clear after resume",
+             lambda: dashboard.snapshot()["headline"])
+    assert cell(dashboard, "robot1", "path").background().color().name() == fmt.path_colour("direct")
+    assert dashboard.snapshot()["headline"].startswith("3 peers")
 
 
 def test_screenshot(dashboard) -> None:

@@ -1,0 +1,65 @@
+"""Unit tests of the dashboard's Topics-view rows and stale-node detection (pure parts)."""
+
+from __future__ import annotations
+
+import math
+from types import SimpleNamespace
+
+from overlay_manager.dashboard import format as fmt
+from overlay_manager.dashboard.state import MIN_STALE_AFTER_S, Freshness
+from overlay_manager.dashboard.topics import stale_text, topic_row, topic_rows, topics_headline
+
+
+def link(**kw: object) -> SimpleNamespace:
+    base = dict(topic="/cam", type="sensor_msgs/Image", publisher_node="/robot1/cam",
+                publisher_host="robot1", subscriber_node="/viewer", subscriber_host="laptop",
+                local=False, path="direct", endpoint="192.0.2.1:41641", bytes_per_second=1e6)
+    base.update(kw)
+    return SimpleNamespace(**base)
+
+
+def test_topic_row_texts() -> None:
+    r = topic_row(link())
+    assert (r.topic, r.sender, r.receiver, r.path, r.where, r.rate) == (
+        "/cam", "robot1", "laptop", "direct", "192.0.2.1:41641", "8.00 Mbit/s")
+    assert r.sender_tip == "/robot1/cam on robot1" and r.topic_tip == "sensor_msgs/Image"
+    derp = topic_row(link(path="derp", endpoint="lab", bytes_per_second=math.nan, publisher_host=""))
+    assert (derp.where, derp.rate, derp.rate_sort, derp.sender) == ("DERP lab", fmt.NO_VALUE, -1.0,
+                                                                     "(not on the overlay)")
+    assert topic_row(link(path="unknown", endpoint="")).where == ""
+
+
+def test_topic_rows_leave_local_links_out_and_headline() -> None:
+    rows = topic_rows([link(), link(local=True, path="self"), link(path="derp", endpoint="lab")])
+    assert [r.path for r in rows] == ["direct", "derp"]
+    assert topics_headline(rows) == "2 topic links: 1 derp, 1 direct"
+    assert topics_headline(rows[:1]) == "1 topic link: 1 direct"
+    assert topics_headline([]) == "0 topic links"
+
+
+def test_freshness_learns_the_period_and_marks_stale() -> None:
+    f = Freshness()
+    assert f.age(5.0) is None and f.stale(100.0) is None     # nothing received: not "stale"
+    for t in (0.0, 0.01, 2.0, 2.02, 4.0):                     # ~peers and ~status every 2 s
+        f.note(t)
+    assert f.period() == 2.0
+    assert f.stale_after() == 6.0
+    assert f.stale(9.9) is None
+    assert f.stale(10.5) == 6.5
+    f.clear()
+    assert f.stale(1000.0) is None
+
+
+def test_freshness_minimum() -> None:
+    f = Freshness()
+    for t in (0.0, 0.5, 1.0):
+        f.note(t)
+    assert f.stale_after() == MIN_STALE_AFTER_S
+    assert f.stale(1.0 + MIN_STALE_AFTER_S - 0.1) is None
+    assert f.stale(1.0 + MIN_STALE_AFTER_S + 0.1) is not None
+
+
+def test_stale_text() -> None:
+    assert stale_text("/n", None, 3.0) == ""
+    text = stale_text("/robot1/overlay_manager", 12.4, 3.0)
+    assert text.startswith("STALE since 12 s") and "/robot1/overlay_manager" in text
