@@ -16,7 +16,7 @@ from typing import Callable, Dict, List, Optional, Tuple
 
 from . import links
 from .config import RobotConfig
-from .hosts import HostsError, entries_for, update_hosts_file
+from .hosts import HostsError, entries_for, own_names, update_hosts_file
 from .peers import (
     PATH_DERP,
     PATH_DIRECT,
@@ -147,8 +147,10 @@ class OverlayMonitor:
         return p.dns_name or p.name
 
     def _update_hosts(self, snap: Snapshot) -> None:
-        peers = list(snap.peers) + ([snap.self_peer] if snap.self_peer else [])
-        entries = [(a, tuple(n)) for a, n in entries_for(peers)]
+        # split horizon: this machine's own names -> loopback, so its own ROS graph never
+        # depends on tailscaled; every other machine -> its overlay addresses
+        own = own_names(snap.self_peer, self.cfg.fqdn)
+        entries = [(a, tuple(n)) for a, n in entries_for(snap.peers, own)]
         if entries == self._hosts_entries:
             return
         try:
@@ -294,10 +296,12 @@ class OverlayMonitor:
         if not addrs:
             checks.append(Check("ros_hostname_resolves", False, f"{want.ros_hostname} does not resolve",
                                 "turn MagicDNS on (accept_dns) or set node.manage_hosts: true"))
-        elif own and not set(addrs) & own:
+        elif own and any(not (a.startswith("127.") or a == "::1") and a not in own for a in addrs):
+            # this machine's own name must lead back to this machine: loopback (the managed hosts
+            # block's split horizon) or this machine's own overlay address
             checks.append(Check("ros_hostname_resolves", False,
-                                f"{want.ros_hostname} resolves to {', '.join(addrs)}, not to this machine's "
-                                f"overlay address {', '.join(sorted(own))}",
+                                f"{want.ros_hostname} resolves to {', '.join(addrs)}, not to loopback or this "
+                                f"machine's overlay address {', '.join(sorted(own))}",
                                 "remove stale entries for this name from /etc/hosts or DNS"))
         else:
             checks.append(Check("ros_hostname_resolves", True, f"{want.ros_hostname} -> {', '.join(addrs)}"))

@@ -127,7 +127,7 @@ def _enrol_and_write_hosts(cfg: RobotConfig, enrol: bool, write_hosts: bool, qui
     """Enrol if asked (log in again with a new key if reauth), write the hosts block if asked;
     returns this machine's overlay name."""
     from .enrolment import ensure_enrolled
-    from .hosts import HostsError, entries_for, update_hosts_file
+    from .hosts import HostsError, entries_for, own_names, update_hosts_file
     from .peers import parse_status
     from .tailscale import LocalAPI, TailscaleError
     api = LocalAPI(cfg.tailscale.socket)
@@ -137,14 +137,15 @@ def _enrol_and_write_hosts(cfg: RobotConfig, enrol: bool, write_hosts: bool, qui
             print(f"overlay_env: {result.message}", file=sys.stderr)
     snap = parse_status(api.status())
     if write_hosts:
-        machines = list(snap.peers) + ([snap.self_peer] if snap.self_peer else [])
+        # split horizon: this machine's own names -> loopback, the others -> overlay addresses
+        own = own_names(snap.self_peer, cfg.fqdn)
         try:
-            changed = update_hosts_file(cfg.node.hosts_file, entries_for(machines))
+            changed = update_hosts_file(cfg.node.hosts_file, entries_for(snap.peers, own))
         except HostsError as exc:
             raise TailscaleError(str(exc)) from None
         if changed or not quiet:
-            print(f"overlay_env: {cfg.node.hosts_file}: overlay names of {len(machines)} machines",
-                  file=sys.stderr)
+            print(f"overlay_env: {cfg.node.hosts_file}: {', '.join(own)} -> loopback, overlay names of "
+                  f"{len(snap.peers)} other machines", file=sys.stderr)
     return snap.self_peer.dns_name if snap.self_peer else ""
 
 

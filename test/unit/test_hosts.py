@@ -1,49 +1,242 @@
-"""Managed hosts block: lines outside stay byte for byte, idempotent, balanced markers."""
+"""Managed hosts block: bytes outside kept exactly, split horizon, crash-safe writer, kill injection."""
 import os
+import stat
+import threading
 
+import hosts_kill as K
 import pytest
 
 from overlay_manager import hosts as H
 
-OUTSIDE = "127.0.0.1\tlocalhost\n# keep me   exactly\n::1 ip6-localhost\n"
+OUTSIDE = b"127.0.0.1\tlocalhost\n# keep me   exactly\n::1 ip6-localhost\n"
+FQDN_A = ["a.fleet.internal", "a"]
 
 
+def _block(entries, nl=b"\n"):
+    return H.render_block(entries, nl)
+
+
+# ----- pure ------------------------------------------------------------------------------------
 def test_append_replace_remove_keeps_outside_bytes():
-    block = H.render_block([("100.64.0.2", ["robot2.fleet.internal", "robot2"]),
-                            ("100.64.0.1", ["robot1.fleet.internal", "robot1"])])
-    assert block.splitlines()[1].startswith("100.64.0.1 ")
+    block = _block([("100.64.0.2", ["robot2.fleet.internal", "robot2"]),
+                    ("100.64.0.1", ["robot1.fleet.internal", "robot1"])])
+    assert block.splitlines()[1].startswith(b"100.64.0.1 ")
     once = H.replace_block(OUTSIDE, block)
-    assert once.startswith(OUTSIDE)
-    twice = H.replace_block(once, H.render_block([("100.64.0.9", ["x.fleet.internal", "x"])]))
-    assert twice.startswith(OUTSIDE) and "robot1" not in twice and "100.64.0.9" in twice
-    assert H.replace_block(twice, "") == OUTSIDE  # an empty block removes it
-    # block in the middle: text after it survives too
-    middle = OUTSIDE + block + "10.0.0.1 after\n"
-    assert H.replace_block(middle, H.render_block([])).endswith("10.0.0.1 after\n")
+    assert once == OUTSIDE + block
+    twice = H.replace_block(once, _block([("100.64.0.9", ["x.fleet.internal", "x"])]))
+    assert twice.startswith(OUTSIDE) and b"robot1" not in twice and b"100.64.0.9" in twice
+    assert H.replace_block(twice, b"") == OUTSIDE  # an empty block removes it
+    middle = OUTSIDE + block + b"10.0.0.1 after\n"
+    assert H.replace_block(middle, _block([])) == OUTSIDE + _block([]) + b"10.0.0.1 after\n"
 
 
-def test_unbalanced_markers_are_refused():
-    with pytest.raises(H.HostsError, match="unbalanced"):
-        H.replace_block(OUTSIDE + H.BEGIN + "\n", H.render_block([]), "/etc/hosts")
+@pytest.mark.parametrize("text", [
+    OUTSIDE + H.BEGIN + b"\n",                                   # BEGIN without END
+    OUTSIDE + H.END + b"\n",                                     # END without BEGIN
+    OUTSIDE + H.END + b"\n" + H.BEGIN + b"\n",                   # reversed
+    OUTSIDE + _block([]) + H.END + b"\n",                        # a second END (a torn old write)
+    OUTSIDE + _block([]) + _block([]),                           # two blocks
+])
+def test_unbalanced_markers_are_refused_naming_the_file(text):
+    with pytest.raises(H.HostsError, match=r"^/etc/hosts: .*unbalanced"):
+        H.replace_block(text, _block([]), "/etc/hosts")
 
 
-def test_file_without_trailing_newline():
-    assert H.replace_block("127.0.0.1 localhost", H.render_block([])).startswith("127.0.0.1 localhost\n#")
+def test_crlf_file_keeps_crlf_and_block_uses_it():
+    crlf = b"127.0.0.1 localhost\r\n10.1.1.1 a b\r\n"
+    assert H.newline_of(crlf) == b"\r\n" and H.newline_of(OUTSIDE) == b"\n" and H.newline_of(b"") == b"\n"
+    out = H.replace_block(crlf, _block([("100.64.0.1", FQDN_A)], H.newline_of(crlf)))
+    assert out.startswith(crlf)
+    assert b"\n" not in out.replace(b"\r\n", b"")          # every line ends in CRLF
+    again = H.replace_block(out, _block([("100.64.0.3", FQDN_A)], b"\r\n"))
+    assert again == crlf + _block([("100.64.0.3", FQDN_A)], b"\r\n")
+    # a marker line written with CRLF is recognised, trailing blanks too
+    assert H.replace_block(crlf + H.BEGIN + b" \r\n" + H.END + b"\r\n", b"X\n") == crlf + b"X\n"
 
 
-def test_update_file_atomic_and_unchanged_skip(tmp_path):
+@pytest.mark.parametrize("outside", [
+    b"127.0.0.1 localhost # caf\xe9 (Latin-1)\n",
+    b"127.0.0.1 localhost\n# \xff\xfe\xc3( invalid UTF-8\n\x00\n",
+    b"",
+])
+def test_any_bytes_outside_the_block_survive(outside, tmp_path):
     p = tmp_path / "hosts"
-    p.write_text(OUTSIDE)
-    os.chmod(p, 0o644)
-    assert H.update_hosts_file(str(p), [("100.64.0.1", ["a.x", "a"])]) is True
-    assert p.read_text().startswith(OUTSIDE) and "100.64.0.1 a.x a" in p.read_text()
-    assert oct(os.stat(p).st_mode & 0o777) == "0o644"
-    assert H.update_hosts_file(str(p), [("100.64.0.1", ["a.x", "a"])]) is False
-    assert not [f for f in os.listdir(tmp_path) if f.startswith(".hosts.")]
+    p.write_bytes(outside)
+    assert H.update_hosts_file(str(p), [("100.64.0.1", FQDN_A)]) is True
+    assert p.read_bytes() == outside + _block([("100.64.0.1", FQDN_A)])
+    p.write_bytes(p.read_bytes() + b"after \xe9\n")
+    assert H.update_hosts_file(str(p), [("100.64.0.2", FQDN_A)]) is True
+    assert p.read_bytes() == outside + _block([("100.64.0.2", FQDN_A)]) + b"after \xe9\n"
 
 
-def test_entries_for_peer_values():
-    class P:
-        name, dns_name, addresses = "r1", "r1.fleet.internal", ("100.64.0.1", "fd7a:115c:a1e0::1")
-    assert H.entries_for([P()]) == [("100.64.0.1", ["r1.fleet.internal", "r1"]),
-                                    ("fd7a:115c:a1e0::1", ["r1.fleet.internal", "r1"])]
+def test_file_without_trailing_newline_gets_one_before_the_block():
+    assert H.replace_block(b"127.0.0.1 localhost", _block([])) == b"127.0.0.1 localhost\n" + _block([])
+    assert H.replace_block(b"a\r\nb", _block([], b"\r\n")) == b"a\r\nb\r\n" + _block([], b"\r\n")
+    # ...but text after the block without a final newline stays as it is
+    text = _block([]) + b"10.0.0.1 last"
+    assert H.replace_block(text, _block([("100.64.0.1", FQDN_A)])) == _block([("100.64.0.1", FQDN_A)]) + text[len(_block([])):]
+
+
+def test_block_grows_and_shrinks_in_a_file(tmp_path):
+    p = tmp_path / "hosts"
+    p.write_bytes(OUTSIDE + b"# tail\n")
+    for entries in (K.FEW, K.MANY, K.FEW, [], K.MANY):
+        H.update_hosts_file(str(p), entries)
+        assert p.read_bytes() == OUTSIDE + b"# tail\n" + _block(entries)
+
+
+# ----- split horizon -------------------------------------------------------------------------
+class _P:
+    def __init__(self, name, dns, addrs):
+        self.name, self.dns_name, self.addresses = name, dns, addrs
+
+
+def test_split_horizon_own_names_to_loopback_others_to_overlay():
+    me = _P("robot1", "robot1.fleet.internal.", ("100.64.0.1", "fd7a:115c:a1e0::1"))
+    other = _P("robot2", "robot2.fleet.internal.", ("100.64.0.2", "fd7a:115c:a1e0::2"))
+    own = H.own_names(me, "ignored.fleet.internal")
+    assert own == ["robot1.fleet.internal", "robot1"]
+    entries = H.entries_for([me, other], own)   # this machine among the peers is skipped
+    assert entries == [(H.LOOPBACK, ["robot1.fleet.internal", "robot1"]),
+                       ("100.64.0.2", ["robot2.fleet.internal", "robot2"]),
+                       ("fd7a:115c:a1e0::2", ["robot2.fleet.internal", "robot2"])]
+    assert H.LOOPBACK.startswith("127.")
+    block = H.render_block(entries)
+    assert block.splitlines()[1] == b"127.0.1.1 robot1.fleet.internal robot1"
+    # before tailscaled knows this machine: the config's name
+    assert H.own_names(None, "robot1.fleet.internal") == ["robot1.fleet.internal", "robot1"]
+    assert H.entries_for([other]) == [("100.64.0.2", ["robot2.fleet.internal", "robot2"]),
+                                      ("fd7a:115c:a1e0::2", ["robot2.fleet.internal", "robot2"])]
+
+
+# ----- the writer ------------------------------------------------------------------------------
+def test_plain_file_is_replaced_by_rename_keeping_mode_unchanged_skip(tmp_path):
+    p = tmp_path / "hosts"
+    p.write_bytes(OUTSIDE)
+    os.chmod(p, 0o640)
+    ino = os.stat(p).st_ino
+    assert H.update_hosts_file(str(p), [("100.64.0.1", FQDN_A)]) is True
+    assert p.read_bytes() == OUTSIDE + _block([("100.64.0.1", FQDN_A)])
+    assert stat.S_IMODE(os.stat(p).st_mode) == 0o640
+    assert os.stat(p).st_ino != ino          # renamed: readers saw old or new, never a mix
+    mtime = os.stat(p).st_mtime_ns
+    assert H.update_hosts_file(str(p), [("100.64.0.1", FQDN_A)]) is False
+    assert os.stat(p).st_mtime_ns == mtime
+    assert os.listdir(tmp_path) == ["hosts"]
+
+
+def test_missing_file_is_created(tmp_path):
+    p = tmp_path / "hosts"
+    assert H.update_hosts_file(str(p), [("100.64.0.1", FQDN_A)]) is True
+    assert p.read_bytes() == _block([("100.64.0.1", FQDN_A)])
+
+
+def test_hard_linked_file_keeps_its_inode(tmp_path):
+    p = tmp_path / "hosts"
+    p.write_bytes(OUTSIDE)
+    os.link(p, tmp_path / "other-name")
+    ino = os.stat(p).st_ino
+    H.update_hosts_file(str(p), K.MANY)
+    H.update_hosts_file(str(p), K.FEW)
+    assert os.stat(p).st_ino == ino
+    assert (tmp_path / "other-name").read_bytes() == OUTSIDE + _block(K.FEW)
+    assert sorted(os.listdir(tmp_path)) == ["hosts", "other-name"]
+
+
+def test_symlink_is_followed(tmp_path):
+    real = tmp_path / "real-hosts"
+    real.write_bytes(OUTSIDE)
+    (tmp_path / "hosts").symlink_to(real)
+    H.update_hosts_file(str(tmp_path / "hosts"), K.FEW)
+    assert os.path.islink(tmp_path / "hosts") and real.read_bytes() == OUTSIDE + _block(K.FEW)
+
+
+def test_unreadable_or_unbalanced_file_is_a_clear_error(tmp_path):
+    d = tmp_path / "dir"
+    d.mkdir()
+    with pytest.raises(H.HostsError, match=f"^{d}: cannot update"):
+        H.update_hosts_file(str(d), K.FEW)
+    p = tmp_path / "hosts"
+    p.write_bytes(OUTSIDE + H.BEGIN + b"\n")
+    with pytest.raises(H.HostsError, match=f"^{p}: .*unbalanced"):
+        H.update_hosts_file(str(p), K.FEW)
+    assert p.read_bytes() == OUTSIDE + H.BEGIN + b"\n"   # nothing written
+
+
+def test_leftover_journal_with_torn_file_is_finished(tmp_path):
+    """A journal plus a file torn by a kill inside the write: the next update completes it."""
+    p = tmp_path / "hosts"
+    old, new = K.content(K.MANY), K.content(K.FEW)
+    torn = new[:50] + old[50:]
+    p.write_bytes(torn)
+    H._write_journal(H.tmp_path_for(str(p), H.JOURNAL_SUFFIX), old, new)
+    assert H.update_hosts_file(str(p), K.FEW) is True
+    assert p.read_bytes() == new and os.listdir(tmp_path) == ["hosts"]
+
+
+def test_torn_journal_is_discarded_and_edited_file_is_not_replayed(tmp_path):
+    p = tmp_path / "hosts"
+    jpath = H.tmp_path_for(str(p), H.JOURNAL_SUFFIX)
+    old, new = K.content(K.MANY), K.content(K.FEW)
+    p.write_bytes(old)
+    H._write_journal(jpath, old, new)
+    with open(jpath, "r+b") as fh:
+        fh.truncate(os.path.getsize(jpath) - 3)        # killed while writing the journal
+    assert H.update_hosts_file(str(p), K.MANY) is False and p.read_bytes() == old
+    assert os.listdir(tmp_path) == ["hosts"]
+    # someone edited the file after a crash: the journal must not overwrite their edit
+    edited = old.replace(b"10.0.0.7 printer", b"10.0.0.8 printer")
+    p.write_bytes(edited)
+    H._write_journal(jpath, old, new)
+    H.update_hosts_file(str(p), K.MANY)
+    assert p.read_bytes() == edited and os.listdir(tmp_path) == ["hosts"]
+
+
+def test_stale_temp_files_of_older_versions_are_removed(tmp_path):
+    p = tmp_path / "hosts"
+    p.write_bytes(OUTSIDE)
+    stale, fresh, other = tmp_path / ".hosts.ab12cd_9", tmp_path / ".hosts.zz99zz99", tmp_path / ".hosts.keep.me"
+    for f in (stale, fresh, other):
+        f.write_bytes(b"x")
+    os.utime(stale, (1, 1))
+    H.update_hosts_file(str(p), K.FEW)
+    assert not stale.exists() and fresh.exists() and other.exists()
+
+
+def test_concurrent_updaters_take_turns(tmp_path):
+    p = tmp_path / "hosts"
+    p.write_bytes(OUTSIDE)
+    sets = [K.FEW, K.MANY, [("100.64.0.5", FQDN_A)]]
+    errors = []
+
+    def run(entries):
+        try:
+            for _ in range(20):
+                H.update_hosts_file(str(p), entries)
+        except Exception as exc:  # noqa: BLE001 - asserted below
+            errors.append(exc)
+    threads = [threading.Thread(target=run, args=(s,)) for s in sets]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    assert p.read_bytes() in [OUTSIDE + _block(s) for s in sets]
+    assert os.listdir(tmp_path) == ["hosts"]
+
+
+# ----- kill injection: SIGKILL at every step of the update --------------------------------------
+@pytest.mark.parametrize("in_place", [False, True], ids=["rename", "in-place"])
+@pytest.mark.parametrize("change", ["shrink", "grow"])
+def test_sigkill_at_every_step_then_next_update_repairs(tmp_path, monkeypatch, in_place, change):
+    if in_place:  # the path a bind-mounted file takes (the real mounts: test/integration)
+        monkeypatch.setattr(H, "keeps_inode", lambda real, st: True)
+    old, new = (K.content(K.MANY + K.OWN), K.FEW + K.OWN) if change == "shrink" else \
+        (K.content(K.FEW + K.OWN), K.MANY + K.OWN)
+    p = str(tmp_path / "hosts")
+    r = K.scenario(p, old, new, keep=["hosts"], same_inode=in_place)
+    print(f"{'in-place' if in_place else 'rename'} {change}: killed at {r['steps']} steps {r['calls']}, "
+          f"{r['torn']} torn writes")
+    assert r["failures"] == []
+    assert "pwrite" in r["calls"] and ("replace" in r["calls"]) != in_place
+    assert r["torn"] == 3 * r["calls"].count("pwrite")

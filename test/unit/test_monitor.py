@@ -100,7 +100,9 @@ def test_manage_hosts_writes_block(fake_tailscaled, tmp_path):
     m.poll()
     text = (tmp_path / "hosts").read_text()
     assert text.startswith("127.0.0.1 localhost\n")
-    assert "100.64.0.2 robotb.fleet.internal robotb" in text and "100.64.0.1 robota.fleet.internal robota" in text
+    # split horizon: this machine (robota) -> loopback, the other machine -> its overlay address
+    assert "100.64.0.2 robotb.fleet.internal robotb" in text and "127.0.1.1 robota.fleet.internal robota" in text
+    assert "100.64.0.1 " not in text
     m.close()
 
 
