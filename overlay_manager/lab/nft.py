@@ -30,6 +30,8 @@ flows that are already established.
 """
 from __future__ import annotations
 
+from typing import Sequence, Tuple
+
 from .spec import NatKind
 
 TABLE = "inet olab"
@@ -52,12 +54,41 @@ def _mapping_rule(kind: NatKind, wan_address: str) -> str:
             f"jhash {key} mod {PORT_SPAN} offset {PORT_OFFSET}")
 
 
-def router_ruleset(kind: NatKind, wan_address: str, control_address: str, stun_port: int) -> str:
+def public_ruleset(kind: NatKind) -> str:
+    """Ruleset of a ``public`` router (a campus server network): no NAT, everything forwarded
+    both ways; the router itself only answers its LAN."""
+    return "\n".join([
+        f"# overlay lab router: NAT kind {kind.name} (campus server network: routed, no NAT)",
+        f"table {TABLE}",
+        f"delete table {TABLE}",
+        f"table {TABLE} {{",
+        "  chain input {",
+        "    type filter hook input priority filter; policy drop;",
+        '    iif "lo" accept',
+        "    ct state established,related accept",
+        '    iifname "br0" accept',
+        "  }",
+        "  chain actions {",
+        "  }",
+        "  chain forward {",
+        "    type filter hook forward priority filter; policy accept;",
+        "    jump actions",
+        "  }",
+        "}",
+    ]) + "\n"
+
+
+def router_ruleset(kind: NatKind, wan_address: str, control_address: str, stun_port: int,
+                   udp_servers: Sequence[Tuple[str, int]] = ()) -> str:
     """The complete ruleset for one router (replaces any earlier ``inet olab`` table atomically).
 
     ``wan_address``: the router's backbone address (the building's public address);
-    ``control_address``/``stun_port``: the STUN server that ``udp-blocked`` still lets through.
+    ``control_address``/``stun_port``: the STUN server that ``udp-blocked`` and ``udp-servers``
+    still let through; ``udp_servers``: (address, UDP port) of the campus servers (peer relays)
+    that ``udp-servers`` also lets through.
     """
+    if kind.public:
+        return public_ruleset(kind)
     tracked = kind.filtering in ("eif", "adf") and kind.udp == "open"
     lines = [
         f"# overlay lab router: NAT kind {kind.name} (mapping {kind.mapping}, filtering {kind.filtering}, "
@@ -99,9 +130,12 @@ def router_ruleset(kind: NatKind, wan_address: str, control_address: str, stun_p
     ]
     if tracked:
         lines.append('    iifname "wan" oifname "br0" ct status dnat accept')
-    if kind.udp == "stun-only":
+    if kind.udp in ("stun-only", "servers"):
         lines.append(f'    iifname "br0" oifname "wan" ip daddr {control_address} udp dport {stun_port} accept')
-    if kind.udp in ("stun-only", "none"):
+    if kind.udp == "servers":
+        for address, port in udp_servers:
+            lines.append(f'    iifname "br0" oifname "wan" ip daddr {address} udp dport {port} accept')
+    if kind.udp in ("stun-only", "none", "servers"):
         lines.append('    iifname "br0" oifname "wan" meta l4proto udp drop')
     lines += [
         '    iifname "br0" oifname "wan" accept',

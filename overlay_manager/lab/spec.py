@@ -15,7 +15,13 @@ NAT kinds follow RFC 4787: ``<mapping>-<filtering>`` with mapping ``eim`` (endpo
 ``adm`` (address-dependent) or ``adpm`` (address-and-port-dependent) and filtering ``eif``, ``adf``
 or ``adpf``; a bare mapping (``eim``) means ``<mapping>-adpf`` (what Linux conntrack does by
 default). ``udp-blocked`` is ``eim-adpf`` that forwards no UDP except to the STUN server;
-``tcp-only`` forwards no UDP at all (tailscale can only use DERP over HTTPS).
+``tcp-only`` forwards no UDP at all (tailscale can only use DERP over HTTPS); ``udp-servers`` is
+``eim-adpf`` that forwards UDP only to the campus servers: the STUN server and the peer relays'
+UDP ports (what many campuses do). ``public`` is a campus server network: no NAT, its hosts'
+addresses are routed on the backbone (where a campus puts a relay).
+
+Peer relays (``relays: {relay1: {port: 40000, teams: [alpha]}}``) name hosts of the spec that
+serve a Tailscale peer relay; they become the lab fleet's ``relays`` section.
 
 Every error is a :class:`SpecError` (the validation layer's ConfigError, also a LabError) naming
 the file and the key path.
@@ -34,8 +40,12 @@ MAPPINGS = ("eim", "adm", "adpm")
 """RFC 4787 mapping behaviours: endpoint-independent, address-dependent, address-and-port-dependent."""
 FILTERINGS = ("eif", "adf", "adpf")
 """RFC 4787 filtering behaviours: endpoint-independent, address-dependent, address-and-port-dependent."""
-UDP_POLICIES = ("open", "stun-only", "none")
-"""Which UDP a router forwards from its LAN: all, only to the STUN server, none."""
+UDP_POLICIES = ("open", "stun-only", "none", "servers")
+"""Which UDP a router forwards from its LAN: all, only to the STUN server, none, only to the
+STUN server and the peer relays' ports."""
+PUBLIC = "public"
+"""NAT kind of a campus server network: no NAT, hosts routed on the backbone."""
+DEFAULT_RELAY_PORT = 40000
 
 NAME_RE = re.compile(r"^[a-z]([a-z0-9-]{0,22}[a-z0-9])?$")
 """Building and host names: DNS labels of at most 24 characters (they become namespace names)."""
@@ -55,11 +65,20 @@ class NatKind:
     filtering: str
     """``eif`` | ``adf`` | ``adpf`` (which inbound packets reach a mapped port)."""
     udp: str = "open"
-    """``open`` | ``stun-only`` (udp-blocked) | ``none`` (tcp-only)."""
+    """``open`` | ``stun-only`` (udp-blocked) | ``none`` (tcp-only) | ``servers`` (udp-servers)."""
+
+    @property
+    def public(self) -> bool:
+        """No NAT at all: a campus server network routed on the backbone."""
+        return self.mapping == PUBLIC
 
     @property
     def name(self) -> str:
-        """Canonical name: ``eim-adpf``, ``udp-blocked`` or ``tcp-only``."""
+        """Canonical name: ``eim-adpf``, ``udp-blocked``, ``tcp-only``, ``udp-servers`` or ``public``."""
+        if self.public:
+            return PUBLIC
+        if self.udp == "servers":
+            return "udp-servers"
         if self.udp == "stun-only":
             return "udp-blocked"
         if self.udp == "none":
@@ -70,7 +89,7 @@ class NatKind:
 def nat_kind_names() -> list[str]:
     """Every accepted NAT kind name (canonical names and bare mappings)."""
     names = [f"{m}-{f}" for m in MAPPINGS for f in FILTERINGS]
-    return names + list(MAPPINGS) + ["udp-blocked", "tcp-only"]
+    return names + list(MAPPINGS) + ["udp-blocked", "tcp-only", "udp-servers", PUBLIC]
 
 
 def parse_nat_kind(text: str) -> NatKind:
@@ -79,6 +98,10 @@ def parse_nat_kind(text: str) -> NatKind:
         return NatKind("eim", "adpf", "stun-only")
     if text == "tcp-only":
         return NatKind("eim", "adpf", "none")
+    if text == "udp-servers":
+        return NatKind("eim", "adpf", "servers")
+    if text == PUBLIC:
+        return NatKind(PUBLIC, PUBLIC, "open")
     if text in MAPPINGS:
         return NatKind(text, "adpf")
     mapping, _, filtering = text.partition("-")
@@ -154,6 +177,17 @@ class ControlSpec:
 
 
 @dataclass(frozen=True)
+class RelaySpec:
+    """A lab host that serves a Tailscale peer relay (an entry of the fleet's ``relays``)."""
+
+    host: str
+    port: int = DEFAULT_RELAY_PORT
+    """UDP port of the relay server."""
+    teams: tuple[str, ...] = ()
+    """Teams that may use it (() = all)."""
+
+
+@dataclass(frozen=True)
 class LabSpec:
     """A validated lab description."""
 
@@ -166,6 +200,8 @@ class LabSpec:
     """Initial impairments by link name (building = its uplink, ``control``, host = its LAN link)."""
     source: str = "<dict>"
     """Where the spec came from (file path or ``<dict>``), for messages."""
+    relays: Mapping[str, RelaySpec] = field(default_factory=dict)
+    """Peer relays by host name."""
 
     @property
     def hosts(self) -> tuple[HostSpec, ...]:
@@ -273,7 +309,7 @@ def parse_spec(data: Any, source: str = "<dict>", default_name: str = "lab") -> 
     r = _SpecReader(source)
     if data is None:
         raise SpecError(source, "(top)", "empty spec")
-    top = r.mapping(data, "", {"name", "control", "buildings", "teams", "impair"})
+    top = r.mapping(data, "", {"name", "control", "buildings", "teams", "impair", "relays"})
     name = r.string(top.get("name", MISSING), "name", default_name, empty=False, max_len=64)
 
     ctl = r.mapping(top.get("control"), "control", {"port", "stun_port", "base_domain"})
@@ -328,8 +364,32 @@ def parse_spec(data: Any, source: str = "<dict>", default_name: str = "lab") -> 
         if link not in links:
             raise SpecError(source, join_key("impair", link), f"unknown link (links: {', '.join(links)})")
         impair[str(link)] = parse_impairment(source, f"impair.{link}", body)
+    relays = _parse_relays(r, top.get("relays"), spec, teams)
     return LabSpec(name=name, control=control, buildings=tuple(buildings), teams=teams, impair=impair,
-                   source=source)
+                   source=source, relays=relays)
+
+
+def _parse_relays(r: Reader, raw: Any, spec: LabSpec, teams: Mapping[str, str]) -> dict[str, RelaySpec]:
+    """Host -> RelaySpec from the ``relays`` mapping (host -> {port, teams})."""
+    section = r.mapping(raw, "relays", what="a mapping relay host -> {port, teams}")
+    out: dict[str, RelaySpec] = {}
+    for host, body in section.items():
+        key = join_key("relays", host)
+        try:
+            h = spec.host(host)
+        except KeyError:
+            raise r.error(key, f"no host {shorten(host)} in the spec (hosts: "
+                               f"{', '.join(x.name for x in spec.hosts)})") from None
+        if h.role == "operator":
+            raise r.error(key, "an operator cannot be a relay (use a robot or base station)")
+        m = r.mapping(body, key, {"port", "teams"})
+        served = r.string_list(m.get("teams", MISSING), f"{key}.teams", [])
+        for i, t in enumerate(served):
+            if t not in teams:
+                raise r.error(f"{key}.teams[{i}]", f"unknown team {shorten(t)} (teams: {', '.join(teams)})")
+        out[host] = RelaySpec(host=host, port=r.port(m.get("port", MISSING), f"{key}.port", DEFAULT_RELAY_PORT),
+                              teams=tuple(served))
+    return out
 
 
 def _parse_teams(source: str, raw: Any, spec: LabSpec) -> dict[str, str]:
@@ -389,4 +449,6 @@ def spec_to_dict(spec: LabSpec) -> dict[str, Any]:
         },
         "teams": {t: {"master": m} for t, m in spec.teams.items()},
         "impair": {link: imp(i) for link, i in spec.impair.items()},
+        "relays": {h: ({"port": rs.port, "teams": list(rs.teams)} if rs.teams else {"port": rs.port})
+                   for h, rs in spec.relays.items()},
     }

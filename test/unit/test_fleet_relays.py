@@ -147,3 +147,45 @@ def test_bundle_robot_config_has_relay_key(tmp_path: Path) -> None:
     parsed = parse_robot_config(yaml.safe_load(text), str(tmp_path / "robot.yaml"))
     assert parsed.relay is not None and parsed.relay.port == 40000
     assert parsed.relay.static_endpoints == ("192.0.2.1:40000",)
+
+
+# ----- the lab spec's relays and campus building modes --------------------------------------------
+LAB = {
+    "name": "relaytest",
+    "buildings": {
+        "campus": {"nat": "public", "hosts": {"relay1": {"team": "alpha", "role": "base_station"}}},
+        "sym1": {"nat": "adpm-adpf", "hosts": {"robot3": {"team": "alpha"}}},
+        "guest": {"nat": "udp-servers", "hosts": {"robot5": {"team": "alpha"}}},
+        "ops": {"nat": "eim", "hosts": {"laptop": {"team": "alpha", "role": "operator"}}},
+    },
+    "relays": {"relay1": {"port": 41000}},
+}
+
+
+def test_lab_spec_relays_and_modes() -> None:
+    from overlay_manager.lab.spec import RelaySpec, parse_nat_kind, parse_spec, spec_to_dict
+
+    spec = parse_spec(copy.deepcopy(LAB), "lab.yaml")
+    assert spec.relays == {"relay1": RelaySpec("relay1", 41000, ())}
+    assert spec.building("campus").nat.public and spec.building("campus").nat.name == "public"
+    assert parse_nat_kind("udp-servers").udp == "servers"
+    assert parse_nat_kind("udp-servers").name == "udp-servers"
+    assert not parse_nat_kind("eim-adpf").public
+    assert parse_spec(spec_to_dict(spec), "lab.yaml") == spec
+
+
+@pytest.mark.parametrize("relays,key", [
+    ({"nobody": {}}, "relays.nobody"),
+    ({"laptop": {}}, "relays.laptop"),
+    ({"relay1": {"port": 0}}, "relays.relay1.port"),
+    ({"relay1": {"teams": ["bravo"]}}, "relays.relay1.teams[0]"),
+    ({"relay1": {"prot": 1}}, "relays.relay1.prot"),
+])
+def test_lab_spec_relay_errors(relays: Any, key: str) -> None:
+    from overlay_manager.lab.spec import parse_spec
+
+    data = copy.deepcopy(LAB)
+    data["relays"] = relays
+    with pytest.raises(ConfigError) as e:
+        parse_spec(data, "lab.yaml")
+    assert e.value.key == key and str(e.value).startswith(f"lab.yaml: {key}: ")

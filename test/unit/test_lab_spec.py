@@ -47,7 +47,7 @@ class NatKindTest(unittest.TestCase):
         with self.assertRaises(ValueError) as cm:
             parse_nat_kind("symmetric")
         self.assertIn("eim-adpf", str(cm.exception))
-        self.assertEqual(len(nat_kind_names()), 9 + 3 + 2)
+        self.assertEqual(len(nat_kind_names()), 9 + 3 + 4)  # + udp-blocked, tcp-only, udp-servers, public
 
 
 class SpecTest(unittest.TestCase):
