@@ -2,6 +2,17 @@
 
 node.py owns all ROS I/O and calls into OverlayMonitor; everything here takes and returns plain
 values so it is unit-testable against a fake LocalAPI.
+
+Concurrency: poll() runs on the node's poll thread, the others on the pinger, NAT-check,
+preflight and service threads, and the reporting thread reads. What tailscaled last said is one
+immutable :class:`Reading`, built without any lock and swapped in by one assignment, so readers
+never wait for a LocalAPI call. ``_lock`` guards only the latency map and the in-flight ping
+futures (no I/O under it).
+
+When tailscaled cannot be read (gone, hanging, garbage, HTTP errors), the last known peers are
+kept with path ``offline`` (daemon not running) or ``unknown`` (daemon there but unreadable) and
+the reading carries the error; :meth:`OverlayMonitor.freshness` says how old the last useful
+answer is and also notices a read that is still hanging, before its timeout.
 """
 
 from __future__ import annotations
@@ -10,9 +21,9 @@ import ipaddress
 import math
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, replace
-from typing import Callable, Dict, List, Optional, Tuple
+from typing import Callable, Dict, List, Optional, Set, Tuple
 
 from . import links
 from .config import RobotConfig
@@ -28,7 +39,9 @@ from .peers import (
     PathChangeEvent,
     PeerState,
     Snapshot,
+    blind,
     derp_regions,
+    finite_ms,
     parse_netcheck,
     parse_status,
     path_changes,
@@ -36,13 +49,21 @@ from .peers import (
     with_latency,
 )
 from .ros_env import RosEnv, compute_env, resolve, tcp_answers
-from .tailscale import LocalAPI, TailscaleError, netcheck
+from .tailscale import LocalAPI, TailscaledNotRunning, TailscaleError, netcheck
+from .workers import describe
 
 OVERLAY_V4 = ipaddress.ip_network("100.64.0.0/10")
 OVERLAY_V6 = ipaddress.ip_network("fd7a:115c:a1e0::/48")
 
 # diagnostic levels (same numbers as diagnostic_msgs/DiagnosticStatus)
 OK, WARN, ERROR = 0, 1, 2
+
+STATUS_TIMEOUT_S = 1.5
+"""Seconds one status read may take. tailscaled answers /status in milliseconds; a hung daemon
+must not hold the poll thread longer than this, so polling resumes soon after it answers again."""
+HANG_REPORT_S = 1.0
+"""A status read still unanswered after this many seconds is reported as tailscaled not
+answering, before the read's own timeout expires."""
 
 
 def is_overlay_address(addr: str) -> bool:
@@ -66,6 +87,61 @@ class PingOutcome:
     path: str = PATH_UNKNOWN
     endpoint: str = ""
     message: str = ""
+
+
+@dataclass(frozen=True)
+class WaitResult:
+    """Result of wait_for_peer. waited_s: seconds spent; peer: the last state seen (None = unknown)."""
+
+    ok: bool
+    peer: Optional[PeerState]
+    waited_s: float
+    message: str = ""
+
+
+@dataclass(frozen=True)
+class LinkMeasurement:
+    """Result of measure_link: the measured values, the path at the end of the run, and why it
+    failed ("" = ok)."""
+
+    ok: bool
+    result: links.LinkResult
+    path: str
+    message: str = ""
+
+
+@dataclass(frozen=True)
+class Reading:
+    """What tailscaled last said, swapped whole by OverlayMonitor.poll.
+
+    snapshot: what to present: the last status read; while tailscaled fails, its peers with path
+        offline/unknown (see peers.blind); None until tailscaled first answered.
+    error: why the last read failed ("" = it succeeded).
+    daemon_gone: the last failure says tailscaled is not running (no socket, refused).
+    ok_at: monotonic seconds of the last useful answer; NaN = never.
+    ok_wall: POSIX seconds of the same moment; 0 = never.
+    """
+
+    snapshot: Optional[Snapshot] = None
+    error: str = ""
+    daemon_gone: bool = False
+    ok_at: float = math.nan
+    ok_wall: float = 0.0
+
+
+@dataclass(frozen=True)
+class Freshness:
+    """How current the presented status is at one moment.
+
+    stale: not from a current read (an error, a hanging read, or no read for stale_after_s).
+    age_s: seconds since tailscaled last answered usefully; NaN = never.
+    error: why tailscaled cannot be read right now ("" = it answers); worded to stay the same
+        while the condition lasts (no running counts), so change detection stays quiet.
+    """
+
+    stale: bool
+    age_s: float
+    error: str
 
 
 @dataclass(frozen=True)
@@ -105,8 +181,9 @@ class OverlayMonitor:
         self.api = api
         self.env = env
         self.clock = clock
-        self.snapshot: Optional[Snapshot] = None
-        self.error: str = ""                      # last error reading tailscaled ("" = fine)
+        self.reading = Reading()
+        self.stale_after_s = max(3.0 / cfg.node.poll_rate, 1.5)  # s without a read -> stale
+        self._poll_started: Optional[float] = None  # monotonic s when the read in progress began
         self.nat = NatInfo()
         self.checks: List[Check] = []
         self.hosts_error: str = ""
@@ -115,32 +192,73 @@ class OverlayMonitor:
         self._regions: Dict[int, str] = {}
         self._hosts_entries: Optional[List[Tuple[str, Tuple[str, ...]]]] = None
         self._pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="overlay-ping")
+        self._pings: Set[Future] = set()          # in-flight ping_watched futures (cancelled by close)
 
     # ----- status ---------------------------------------------------------------------------
+    @property
+    def snapshot(self) -> Optional[Snapshot]:
+        """The presented status (see Reading.snapshot)."""
+        return self.reading.snapshot
+
+    @property
+    def error(self) -> str:
+        """Why the last read of tailscaled failed ("" = it succeeded)."""
+        return self.reading.error
+
     def poll(self) -> List[PathChangeEvent]:
-        """Read tailscaled's status once; returns the path changes since the last poll."""
+        """Read tailscaled's status once; returns the path changes since the last poll.
+
+        Never raises for anything tailscaled answers: errors become Reading.error. The read is
+        bounded by STATUS_TIMEOUT_S and holds no lock.
+        """
+        old = self.reading
+        self._poll_started = self.clock()
         try:
-            raw = self.api.status()
+            raw = self.api.status(timeout=STATUS_TIMEOUT_S)
+            snap = parse_status(raw)
         except TailscaleError as exc:
-            self.error = str(exc)
-            old = self.snapshot
-            self.snapshot = None
-            if old is None:
-                return []
-            return path_changes(old, Snapshot("", None, ()))
-        self.error = ""
-        snap = parse_status(raw)
-        old = self.snapshot
-        changes = path_changes(old, snap)
+            return self._failed(old, str(exc), isinstance(exc, TailscaledNotRunning))
+        except Exception as exc:  # noqa: BLE001 - whatever tailscaled sends must not stop polling
+            return self._failed(old, f"unusable status from tailscaled: {describe(exc)}", False)
+        finally:
+            self._poll_started = None
+        changes = path_changes(old.snapshot, snap)
         with self._lock:
             for ev in changes:
                 if ev.old_path:  # a latency measured on the old path says nothing about the new one
                     self._latency.pop(self._key(ev.peer), None)
             snap = with_latency(snap, self._latency)
-        self.snapshot = snap
+        self.reading = Reading(snap, "", False, self.clock(), time.time())
         if self.cfg.node.manage_hosts:
             self._update_hosts(snap)
         return changes
+
+    def _failed(self, old: Reading, error: str, gone: bool) -> List[PathChangeEvent]:
+        """Swap in a failed reading: the last peers, blinded; returns their path changes."""
+        presented = blind(old.snapshot, gone) if old.snapshot is not None else None
+        changes = path_changes(old.snapshot, presented) if presented is not None else []
+        with self._lock:
+            for ev in changes:
+                self._latency.pop(self._key(ev.peer), None)
+        self.reading = replace(old, snapshot=presented, error=error, daemon_gone=gone)
+        return changes
+
+    def freshness(self, now: Optional[float] = None) -> Freshness:
+        """Is the presented status current, as of now (monotonic s; default: the clock)?"""
+        return self._freshness(self.reading, self.clock() if now is None else now)
+
+    def _freshness(self, r: Reading, now: float) -> Freshness:
+        started = self._poll_started
+        age = now - r.ok_at if not math.isnan(r.ok_at) else math.nan
+        error = r.error
+        if not error and started is not None and now - started > HANG_REPORT_S:
+            error = (f"tailscaled at {self.api.socket_path} has not answered GET /localapi/v0/status "
+                     f"for more than {HANG_REPORT_S:.1f} s")
+        if not error and not math.isnan(age) and age > self.stale_after_s:
+            error = f"tailscaled status not read for more than {self.stale_after_s:.1f} s"
+        if not error and math.isnan(age):
+            error = "tailscaled not read yet"
+        return Freshness(bool(error), age, error)
 
     @staticmethod
     def _key(p: PeerState) -> str:
@@ -219,9 +337,9 @@ class OverlayMonitor:
             if res.get("Err"):
                 last_err = str(res.get("Err"))
                 continue
-            lat = res.get("LatencySeconds")
-            if isinstance(lat, (int, float)):
-                samples.append(float(lat) * 1000.0)
+            lat = finite_ms(res.get("LatencySeconds"), 1000.0)
+            if not math.isnan(lat):
+                samples.append(lat)
             path, endpoint = ping_path(res)
         if not samples:
             return PingOutcome(False, path=PATH_UNKNOWN,
@@ -233,15 +351,24 @@ class OverlayMonitor:
 
     def ping_watched(self, timeout_s: float = 3.0) -> None:
         """One disco ping to every watched peer, in parallel (also refreshes their paths)."""
-        peers = self.watched()
-        list(self._pool.map(lambda p: self.ping(p.dns_name or p.name, 1, timeout_s), peers))
+        futures = []
+        for p in self.watched():
+            f = self._pool.submit(self.ping, p.dns_name or p.name, 1, timeout_s)
+            with self._lock:
+                self._pings.add(f)
+            f.add_done_callback(self._ping_done)
+            futures.append(f)
+        for f in futures:
+            if not f.cancelled():
+                f.result()  # each ping is bounded by timeout_s
+
+    def _ping_done(self, f: Future) -> None:
+        with self._lock:
+            self._pings.discard(f)
 
     def wait_for_peer(self, name: str, timeout_s: float, require_direct: bool,
-                      should_stop: Callable[[], bool] = lambda: False) -> Tuple[bool, Optional[PeerState], float, str]:
-        """Wait until name answers a disco ping (on a direct path if asked) or timeout_s passes.
-
-        Returns (ok, peer, waited seconds, message).
-        """
+                      should_stop: Callable[[], bool] = lambda: False) -> WaitResult:
+        """Wait until name answers a disco ping (on a direct path if asked) or timeout_s passes."""
         timeout_s = timeout_s if timeout_s and timeout_s > 0 else 30.0
         start = self.clock()
         last = "peer not known yet"
@@ -251,31 +378,32 @@ class OverlayMonitor:
             if peer is not None and peer.online:
                 out = self.ping(name, 1, min(2.0, max(0.5, timeout_s - waited)))
                 if out.ok and (not require_direct or out.path == PATH_DIRECT):
-                    return True, self.find(name) or peer, self.clock() - start, ""
+                    return WaitResult(True, self.find(name) or peer, self.clock() - start)
                 last = (f"path is {out.path}, not direct" if out.ok else out.message)
             elif peer is not None:
                 last = f"{peer.name} is offline"
             if self.clock() - start >= timeout_s or should_stop():
-                return False, peer, self.clock() - start, (
+                return WaitResult(False, peer, self.clock() - start, (
                     f"timed out after {timeout_s:.1f} s waiting for {name}"
-                    f"{' on a direct path' if require_direct else ''}: {last}")
+                    f"{' on a direct path' if require_direct else ''}: {last}"))
             time.sleep(0.2)
 
-    def measure_link(self, name: str, duration_s: float, udp_mbps: float) -> Tuple[bool, links.LinkResult, str, str]:
-        """iperf3 + ping against a peer. Returns (ok, result, path, message). Never raises."""
+    def measure_link(self, name: str, duration_s: float, udp_mbps: float) -> LinkMeasurement:
+        """iperf3 + ping against a peer. Never raises."""
         peer = self.find(name)
         if peer is None:
-            return False, links.LinkResult(), PATH_UNKNOWN, f"unknown peer {name!r}"
+            return LinkMeasurement(False, links.LinkResult(), PATH_UNKNOWN, f"unknown peer {name!r}")
         if not peer.ipv4:
-            return False, links.LinkResult(), PATH_UNKNOWN, f"peer {peer.name} has no overlay address"
+            return LinkMeasurement(False, links.LinkResult(), PATH_UNKNOWN,
+                                   f"peer {peer.name} has no overlay address")
         duration_s = duration_s if duration_s and duration_s > 0 else 3.0
         udp_mbps = udp_mbps if udp_mbps and udp_mbps > 0 else 10.0
         try:
             result = links.measure(peer.ipv4, self.cfg.node.iperf_port, duration_s, udp_mbps)
         except links.LinkError as exc:
-            return False, links.LinkResult(), peer.path, f"{peer.name}: {exc}"
+            return LinkMeasurement(False, links.LinkResult(), peer.path, f"{peer.name}: {exc}")
         after = self.find(name)  # the node's poll loop keeps the snapshot fresh during the run
-        return True, result, (after or peer).path, ""
+        return LinkMeasurement(True, result, (after or peer).path)
 
     # ----- preflight and diagnostics --------------------------------------------------------
     def preflight(self) -> List[Check]:
@@ -328,9 +456,20 @@ class OverlayMonitor:
     def diagnostics(self) -> List[Diagnostic]:
         """One entry for the overlay and one per peer (OK direct, WARN relayed/idle, ERROR offline)."""
         out: List[Diagnostic] = []
-        snap = self.snapshot
-        if snap is None:
-            out.append(Diagnostic(ERROR, "overlay", f"tailscaled not reachable: {self.error}"))
+        r = self.reading
+        snap = r.snapshot
+        fresh = self._freshness(r, self.clock())
+        if fresh.stale or snap is None:
+            # one entry only: nothing per peer is known while tailscaled cannot be read
+            age = "never" if math.isnan(fresh.age_s) else f"{fresh.age_s:.1f}"
+            vals = [("error", fresh.error), ("status_age_s", age), ("login_server", self.cfg.login_server)]
+            if snap is None:
+                msg = f"tailscaled not reachable: {fresh.error}"
+            else:
+                msg = f"stale: tailscaled last answered {age} s ago: {fresh.error}"
+                if snap.self_peer:
+                    vals.append(("addresses", " ".join(snap.self_peer.addresses)))
+            out.append(Diagnostic(ERROR, "overlay", msg, tuple(vals)))
             return out
         values = [("backend_state", snap.backend_state), ("login_server", self.cfg.login_server),
                   ("control_reachable", str(snap.control_reachable)), ("nat", self.nat.summary),
@@ -384,6 +523,13 @@ class OverlayMonitor:
         return out
 
     def close(self) -> None:
-        """Stop background pings."""
-        self._pool.shutdown(wait=False, cancel_futures=True)
+        """Stop background pings: cancel the queued ones (running ones end within their timeout).
+
+        (ThreadPoolExecutor.shutdown(cancel_futures=...) needs Python 3.9; this works on 3.8.)
+        """
+        with self._lock:
+            pending = list(self._pings)
+        for f in pending:
+            f.cancel()
+        self._pool.shutdown(wait=False)
 

@@ -3,24 +3,55 @@
 Parameters are read once at start: ~config (robot config file, required) and any node.* key of
 the config as a ~private parameter of the same name (overrides the file). Then:
 - enrol tailscaled if needed (never re-enrol or rename);
-- poll tailscaled at node.poll_rate, publish ~peers/~status (latched, on change and at
-  node.publish_rate), ~path_changes (one per change), /diagnostics;
+- poll tailscaled at node.poll_rate, publish ~peers/~status (latched, at once on a change and
+  at node.publish_rate), ~path_changes (one per change), /diagnostics;
 - disco-ping watched peers every node.ping_interval seconds; netcheck every netcheck_interval;
 - serve ~list_peers ~get_peer ~ping_peer ~wait_for_peer ~measure_link ~get_ros_env ~preflight;
 - optionally serve iperf3 on the overlay address and keep a managed block in the hosts file.
 Exit codes: 2 bad config, 3 enrolment failed (bad key, other login server), 0 normal shutdown.
 A tailscaled that is not running yet is waited for (reported on /diagnostics), not fatal.
+
+Threads and locks
+-----------------
+Reporting never waits on I/O: no thread holds anything that publishing needs while it talks to
+tailscaled, the ROS master or the log.
+
+| thread | runs | may block on |
+|---|---|---|
+| overlay-poll | ``OverlayMonitor.poll`` every 1/poll_rate s; queues path changes and log lines; wakes overlay-report | LocalAPI /status (bounded: monitor.STATUS_TIMEOUT_S), the hosts file |
+| overlay-report | every REPORT_TICK_S and when woken: publishes ~path_changes, ~peers and ~status on a change and at publish_rate, /diagnostics with them; watchdog of every other thread | nothing (reads immutable values, publishes) |
+| overlay-ping | ``ping_watched`` every ping_interval s (its pool: overlay-ping_N) | LocalAPI ping (bounded) |
+| overlay-netcheck | ``refresh_nat`` every netcheck_interval s | `tailscale netcheck` child (bounded, dies with the node) |
+| overlay-preflight | ``preflight`` every preflight_interval s | DNS lookups, TCP connect to the master (2 s) |
+| overlay-iperf | keeps the iperf3 server running (every 2 s) | spawning iperf3 |
+| overlay-enrol | ``ensure_enrolled`` until it succeeds | LocalAPI, `tailscale up` child (bounded) |
+| overlay-log | writes queued log lines with rospy | rospy logging (it may wait for the master) |
+| rospy service threads | the services | LocalAPI, iperf3; never a lock publishing needs |
+
+Every periodic thread is a ``workers.Worker``: any exception in a cycle is caught, reported in
+~status ``faults`` and /diagnostics, logged once per distinct error, and the loop goes on. The
+reporting thread checks every worker each tick and reports a dead or stuck one as ERROR naming
+it; the poll thread logs if the reporting thread itself is stuck.
+
+Locks: ``OverlayMonitor._lock`` guards its latency map and in-flight pings (no I/O under it);
+``Worker._lock`` guards a worker's counters; ``LogQueue`` has its own condition. What tailscaled
+said is an immutable ``monitor.Reading`` swapped by one assignment. Change detection state
+(``_last_*``) and publish faults belong to overlay-report alone; path changes reach it through a
+deque (thread-safe append/popleft).
 """
 
 from __future__ import annotations
 
+import collections
+import io
 import math
 import os
 import subprocess
 import sys
 import threading
+import time
 from dataclasses import replace
-from typing import Any, Dict, List, Optional
+from typing import Any, Deque, Dict, List, Optional, Tuple
 
 import rospy
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
@@ -43,20 +74,30 @@ from overlay_manager.srv import (
     WaitForPeerResponse,
 )
 
+from . import children
 from .config import ConfigError, NodeSettings, apply_overrides, load_robot_config
 from .enrolment import ensure_enrolled
 from .links import iperf_server_argv
-from .monitor import OverlayMonitor
-from .peers import PeerState
+from .monitor import ERROR, OK, STATUS_TIMEOUT_S, Freshness, OverlayMonitor, Reading
+from .peers import TIME_MAX, PathChangeEvent, PeerState, clamp_uint64, topology_key
 from .tailscale import EnrolError, LocalAPI, TailscaleError
+from .workers import ERROR as LOG_ERROR
+from .workers import INFO, WARN, LogQueue, Worker, WorkerHealth, describe
+
+REPORT_TICK_S = 0.1
+"""Seconds between checks of the reporting thread: how soon a change (a failed read, a hang, a
+path change) is published at the latest."""
 
 
 def _time(posix_s: float) -> rospy.Time:
-    return rospy.Time.from_sec(posix_s) if posix_s > 0 else rospy.Time(0)
+    """POSIX seconds -> rospy.Time; 0 (unknown) outside ROS time's range or not finite."""
+    if not (isinstance(posix_s, (int, float)) and math.isfinite(posix_s) and 0 < posix_s <= TIME_MAX):
+        return rospy.Time(0)
+    return rospy.Time.from_sec(posix_s)
 
 
 def peer_msg(p: Optional[PeerState]) -> Peer:
-    """PeerState -> overlay_manager/Peer."""
+    """PeerState -> overlay_manager/Peer (counters clamped to uint64, bad times -> 0)."""
     m = Peer()
     if p is None:
         m.path = Peer.PATH_UNKNOWN
@@ -66,21 +107,55 @@ def peer_msg(p: Optional[PeerState]) -> Peer:
     m.online, m.active, m.path = p.online, p.active, p.path
     m.endpoint, m.relay_region, m.latency_ms = p.endpoint, p.relay_region, p.latency_ms
     m.last_handshake, m.last_seen = _time(p.last_handshake), _time(p.last_seen)
-    m.rx_bytes, m.tx_bytes, m.tags, m.os = p.rx_bytes, p.tx_bytes, list(p.tags), p.os
+    m.rx_bytes, m.tx_bytes = clamp_uint64(p.rx_bytes), clamp_uint64(p.tx_bytes)
+    m.tags, m.os = list(p.tags), p.os
     return m
 
 
-class OverlayNode:
-    """ROS adapter around OverlayMonitor."""
+def status_key(st: OverlayStatus) -> Optional[bytes]:
+    """The whole message serialized, except header.stamp and status_age (which change every
+    time): equal keys mean nothing worth publishing at once changed. None when it cannot be
+    serialized (the publish will say why)."""
+    saved = st.header.stamp, st.status_age
+    st.header.stamp, st.status_age = rospy.Time(0), 0.0
+    buf = io.BytesIO()
+    try:
+        st.serialize(buf)
+    except Exception:  # noqa: BLE001 - reported by the publish that follows
+        return None
+    finally:
+        st.header.stamp, st.status_age = saved
+    return buf.getvalue()
 
-    def __init__(self, monitor: OverlayMonitor) -> None:
+
+def _ros_log(level: str, text: str) -> None:
+    """LogQueue writer: one rospy log call (may block on the master; only overlay-log waits)."""
+    {"debug": rospy.logdebug, "info": rospy.loginfo, "warn": rospy.logwarn}.get(level, rospy.logerr)(text)
+
+
+class OverlayNode:
+    """ROS adapter around OverlayMonitor: publishers, services and the worker threads.
+
+    Args:
+        monitor: the node's logic (owns the LocalAPI client).
+        log: where every thread's log lines go (a LogQueue; never rospy directly).
+        start: start the worker threads (False in tests that drive cycles by hand).
+    """
+
+    def __init__(self, monitor: OverlayMonitor, log: LogQueue, start: bool = True) -> None:
         self.m = monitor
         self.cfg = monitor.cfg
+        self.log = log
         n = self.cfg.node
-        self._lock = threading.Lock()
-        self._last_peers: Optional[Any] = None
-        self._last_status: Optional[Any] = None
-        self._iperf: Optional[subprocess.Popen] = None
+        self._name = rospy.get_name().lstrip("/")
+        self._changes: Deque[Tuple[rospy.Time, PathChangeEvent]] = collections.deque()
+        self._last_status: Optional[bytes] = None        # overlay-report only
+        self._last_peers: Optional[Tuple[Any, ...]] = None  # overlay-report only
+        self._next_periodic = 0.0                          # overlay-report only (monotonic s)
+        self._publish_faults: Dict[str, str] = {}          # overlay-report only: topic -> error
+        self._logged_error = ""                            # overlay-poll only
+        self._reporter_fault = ""                          # overlay-poll only
+        self._iperf: Optional[Any] = None                  # overlay-iperf only
         self.pub_peers = rospy.Publisher("~peers", PeerList, queue_size=5, latch=True)
         self.pub_status = rospy.Publisher("~status", OverlayStatus, queue_size=5, latch=True)
         self.pub_changes = rospy.Publisher("~path_changes", PathChange, queue_size=50)
@@ -92,67 +167,129 @@ class OverlayNode:
         rospy.Service("~measure_link", MeasureLink, self.srv_measure_link)
         rospy.Service("~get_ros_env", GetRosEnv, self.srv_get_ros_env)
         rospy.Service("~preflight", Preflight, self.srv_preflight)
-        self.poll(force=True)
-        threading.Thread(target=self._slow_checks, name="overlay-preflight", daemon=True).start()
-        rospy.Timer(rospy.Duration(1.0 / n.poll_rate), lambda _e: self.poll())
-        rospy.Timer(rospy.Duration(1.0 / n.publish_rate), lambda _e: self._republish())
+
+        def every(interval_s: float) -> float:
+            return interval_s if interval_s > 0 else math.inf  # 0 = once at start
+
+        self.reporter = Worker("overlay-report", self._report_cycle, REPORT_TICK_S, 2.0, log, start=False)
+        self.poller = Worker("overlay-poll", self._poll_cycle, 1.0 / n.poll_rate, STATUS_TIMEOUT_S + 5.0,
+                             log, start=False)
+        self.workers: List[Worker] = [self.poller]
         if n.ping_interval > 0:
-            threading.Thread(target=self._pinger, name="overlay-pinger", daemon=True).start()
+            self.workers.append(Worker("overlay-ping", self._ping_cycle, n.ping_interval, 60.0, log,
+                                       start=False))
+        self.workers.append(Worker("overlay-netcheck", self._netcheck_cycle, every(n.netcheck_interval),
+                                   45.0, log, start=False))
+        self.workers.append(Worker("overlay-preflight", lambda: self.run_preflight(log=True),
+                                   every(n.preflight_interval), 30.0, log, start=False))
         if n.iperf_server:
-            rospy.Timer(rospy.Duration(2.0), lambda _e: self._ensure_iperf())
-        rospy.on_shutdown(self.shutdown)
+            self.workers.append(Worker("overlay-iperf", self._ensure_iperf, 2.0, 15.0, log, start=False))
+        if start:
+            self.start()
+
+    def start(self) -> None:
+        """Read tailscaled once (so the first messages carry a status), then start every thread."""
+        try:
+            self._poll_cycle()
+        except Exception as exc:  # noqa: BLE001 - the poll thread retries and reports
+            self.log(WARN, f"first status read failed: {describe(exc)}")
+        self.reporter.start()
+        for w in self.workers:
+            w.start()
 
     # ----- periodic work --------------------------------------------------------------------
-    def poll(self, force: bool = False) -> None:
-        """Read tailscaled; publish path changes at once and peers/status when changed."""
-        with self._lock:
-            changes = self.m.poll()
+    def _poll_cycle(self) -> None:
+        """overlay-poll: read tailscaled, queue path changes and log lines, wake the reporter."""
+        changes = self.m.poll()
+        if changes:
             now = rospy.Time.now()
             for ev in changes:
-                msg = PathChange()
-                msg.header.stamp = now
-                msg.peer, msg.dns_name = ev.peer.name, ev.peer.dns_name
-                msg.old_path, msg.new_path = ev.old_path, ev.new_path
-                msg.endpoint, msg.relay_region = ev.peer.endpoint, ev.peer.relay_region
-                self.pub_changes.publish(msg)
+                self._changes.append((now, ev))
                 if ev.old_path:
-                    rospy.loginfo("path to %s: %s -> %s %s", ev.peer.name, ev.old_path, ev.new_path,
-                                  ev.peer.endpoint or ev.peer.relay_region)
-            if self.m.error and (force or changes):
-                rospy.logerr("overlay_manager: %s", self.m.error)
-            self.publish(force=force)
+                    self.log(INFO, f"path to {ev.peer.name}: {ev.old_path} -> {ev.new_path} "
+                                   f"{ev.peer.endpoint or ev.peer.relay_region}")
+        error = self.m.error
+        if error != self._logged_error:
+            self.log(LOG_ERROR if error else INFO,
+                     f"overlay_manager: {error}" if error else "overlay_manager: tailscaled answers again")
+            self._logged_error = error
+        self.reporter.wake()
+        rh = self.reporter.health()
+        if rh.level == ERROR and rh.message != self._reporter_fault:
+            self.log(LOG_ERROR, f"overlay_manager: {rh.message}: ~status and /diagnostics are not updated")
+        self._reporter_fault = rh.message if rh.level == ERROR else ""
 
-    def _republish(self) -> None:
-        """Periodic republish (under the same lock as poll, so change detection stays consistent)."""
-        with self._lock:
-            self.publish(force=True)
+    def _ping_cycle(self) -> None:
+        self.m.ping_watched(timeout_s=min(3.0, self.cfg.node.ping_interval))
 
-    def publish(self, force: bool = False) -> None:
-        """Publish ~peers, ~status and /diagnostics (when changed, or always if force)."""
-        snap = self.m.snapshot
+    def _netcheck_cycle(self) -> None:
+        self.m.refresh_nat()
+        self.reporter.wake()
+
+    def _report_cycle(self) -> None:
+        """overlay-report: publish what changed now, everything at publish_rate."""
+        mono = time.monotonic()
         now = rospy.Time.now()
-        peers_key = (snap.self_peer, snap.peers) if snap else None
-        if force or peers_key != self._last_peers:
+        while self._changes:
+            stamp, ev = self._changes.popleft()
+            msg = PathChange()
+            msg.header.stamp = stamp
+            msg.peer, msg.dns_name = ev.peer.name, ev.peer.dns_name
+            msg.old_path, msg.new_path = ev.old_path, ev.new_path
+            msg.endpoint, msg.relay_region = ev.peer.endpoint, ev.peer.relay_region
+            self._publish(self.pub_changes, msg, "~path_changes")
+        periodic = mono >= self._next_periodic
+        if periodic:
+            period = 1.0 / self.cfg.node.publish_rate
+            self._next_periodic = max(self._next_periodic + period, mono + period / 2)
+        reading = self.m.reading
+        fresh = self.m.freshness(mono)
+        health = [self.reporter.health(mono)] + [w.health(mono) for w in self.workers]
+        st = self.status_msg(reading, fresh, health)
+        key = status_key(st)
+        status_changed = key is None or key != self._last_status
+        peers_key = (topology_key(reading.snapshot), fresh.stale)
+        peers_changed = peers_key != self._last_peers
+        if periodic or peers_changed:
             self._last_peers = peers_key
-            pl = PeerList()
-            pl.header.stamp = now
-            pl.self_peer = peer_msg(snap.self_peer if snap else None)
-            pl.peers = [peer_msg(p) for p in snap.peers] if snap else []
-            self.pub_peers.publish(pl)
-        st = self.status_msg()
-        status_key = (st.backend_state, st.control_reachable, tuple(st.health), st.nat.summary,
-                      st.self_dns_name, tuple(st.self_addresses))
-        if force or status_key != self._last_status:
-            self._last_status = status_key
+            self._publish(self.pub_peers, self.peer_list_msg(reading, fresh, now), "~peers")
+        if periodic or status_changed:
+            self._last_status = key
             st.header.stamp = now
-            self.pub_status.publish(st)
-            self.publish_diagnostics(now)
+            self._publish(self.pub_status, st, "~status")
+        if periodic or status_changed or peers_changed:
+            self._publish(self.pub_diag, self.diagnostics_msg(now, health), "/diagnostics")
 
-    def status_msg(self) -> OverlayStatus:
-        """Current OverlayStatus."""
-        snap = self.m.snapshot
+    def _publish(self, pub: rospy.Publisher, msg: Any, topic: str) -> None:
+        """Publish; a message that cannot be sent is reported (faults, once in the log), not fatal."""
+        try:
+            pub.publish(msg)
+        except Exception as exc:  # noqa: BLE001 - e.g. ROSSerializationException: report, go on
+            text = f"cannot publish {topic}: {describe(exc)}"
+            if self._publish_faults.get(topic) != text:
+                self.log(LOG_ERROR, f"overlay_manager: {text}")
+            self._publish_faults[topic] = text
+        else:
+            self._publish_faults.pop(topic, None)
+
+    def peer_list_msg(self, reading: Reading, fresh: Freshness, now: rospy.Time) -> PeerList:
+        """~peers: stamp = when tailscaled last answered (now if never), stale as in ~status."""
+        snap = reading.snapshot
+        pl = PeerList()
+        pl.header.stamp = _time(reading.ok_wall) if reading.ok_wall > 0 else now
+        pl.stale = fresh.stale
+        pl.self_peer = peer_msg(snap.self_peer if snap else None)
+        pl.peers = [peer_msg(p) for p in snap.peers] if snap else []
+        return pl
+
+    def status_msg(self, reading: Optional[Reading] = None, fresh: Optional[Freshness] = None,
+                   health: Optional[List[WorkerHealth]] = None) -> OverlayStatus:
+        """Current OverlayStatus (header.stamp left 0 for the caller)."""
+        reading = reading if reading is not None else self.m.reading
+        fresh = fresh if fresh is not None else self.m.freshness()
+        snap = reading.snapshot
         st = OverlayStatus()
-        st.tailscaled_reachable = snap is not None
+        st.tailscaled_reachable = not fresh.stale
         st.login_server = self.cfg.login_server
         env = self.m.ros_env()
         st.ros_master_uri, st.ros_hostname = env.ros_master_uri, env.ros_hostname
@@ -165,85 +302,73 @@ class OverlayNode:
             if snap.self_peer:
                 st.self_name, st.self_dns_name = snap.self_peer.name, snap.self_peer.dns_name
                 st.self_addresses = list(snap.self_peer.addresses)
-        else:
-            st.health = [self.m.error] if self.m.error else []
+        if fresh.stale:
+            st.backend_state, st.enrolled, st.control_reachable = "", False, False
+            st.health = [fresh.error] if fresh.error else []
+        st.stale, st.error = fresh.stale, fresh.error
+        st.status_age = fresh.age_s
+        st.faults = [h.message for h in (health or []) if h.level > OK] + sorted(self._publish_faults.values())
         nat = self.m.nat
         st.nat = NatSummary(known=nat.known, udp=nat.udp, hard_nat=nat.hard_nat,
                             hard_nat_known=nat.hard_nat_known, preferred_derp=nat.preferred_derp,
                             preferred_derp_latency_ms=nat.preferred_derp_latency_ms, summary=nat.summary)
         return st
 
-    def publish_diagnostics(self, now: rospy.Time) -> None:
-        """One DiagnosticStatus for the overlay and one per peer."""
+    def diagnostics_msg(self, now: rospy.Time, health: List[WorkerHealth]) -> DiagnosticArray:
+        """One DiagnosticStatus for the overlay, one per peer, one for the node's own threads."""
         arr = DiagnosticArray()
         arr.header.stamp = now
-        node = rospy.get_name().lstrip("/")
         for d in self.m.diagnostics():
-            s = DiagnosticStatus(level=d.level, name=f"{node}: {d.name}", message=d.message,
+            s = DiagnosticStatus(level=d.level, name=f"{self._name}: {d.name}", message=d.message,
                                  hardware_id=self.cfg.hostname)
             s.values = [KeyValue(key=k, value=v) for k, v in d.values]
             arr.status.append(s)
-        self.pub_diag.publish(arr)
-
-    def _pinger(self) -> None:
-        rate = self.cfg.node.ping_interval
-        while not rospy.is_shutdown():
-            try:
-                self.m.ping_watched(timeout_s=min(3.0, rate))
-            except TailscaleError as exc:  # tailscaled went away; the poll reports it
-                rospy.logdebug("ping round failed: %s", exc)
-            rospy.sleep(rate)
-
-    def _slow_checks(self) -> None:
-        """netcheck and preflight, off the poll timer (each may take seconds)."""
-        n = self.cfg.node
-        next_nat = next_pre = 0.0
-        while not rospy.is_shutdown():
-            now = rospy.get_time()
-            if now >= next_nat:
-                self.m.refresh_nat()
-                next_nat = now + (n.netcheck_interval if n.netcheck_interval > 0 else math.inf)
-                self._last_status = None
-            if now >= next_pre:
-                self.run_preflight(log=True)
-                next_pre = now + (n.preflight_interval if n.preflight_interval > 0 else math.inf)
-            rospy.sleep(1.0)
+        bad = [h for h in health if h.level > OK]
+        problems = [h.message for h in bad] + sorted(self._publish_faults.values())
+        level = max([h.level for h in bad] + ([ERROR] if self._publish_faults else []) + [OK])
+        s = DiagnosticStatus(level=level, name=f"{self._name}: node threads",
+                             message="; ".join(problems) if problems else f"{len(health)} threads running",
+                             hardware_id=self.cfg.hostname)
+        s.values = [KeyValue(key=h.name, value=h.message or f"ok, {h.cycles} cycles") for h in health]
+        arr.status.append(s)
+        return arr
 
     def run_preflight(self, log: bool = False) -> PreflightResponse:
-        """Run the preflight checks, publish diagnostics, return the service response."""
+        """Run the preflight checks, return the service response (/diagnostics picks them up)."""
         checks = self.m.preflight()
         if log:
             for c in checks:
                 if not c.ok:
-                    rospy.logwarn("preflight %s: %s -- %s", c.name, c.message, c.hint)
-        self.publish_diagnostics(rospy.Time.now())
+                    self.log(WARN, f"preflight {c.name}: {c.message} -- {c.hint}")
+        self.reporter.wake()
         return PreflightResponse(ok=all(c.ok for c in checks), checks=[
             PreflightCheck(name=c.name, ok=c.ok, message=c.message, hint=c.hint) for c in checks])
 
     def _ensure_iperf(self) -> None:
-        """Keep an iperf3 server bound to this machine's overlay IPv4 address."""
+        """overlay-iperf: keep an iperf3 server bound to this machine's overlay IPv4 address."""
         if self._iperf is not None and self._iperf.poll() is None:
             return
+        if self._iperf is not None:
+            children.forget(self._iperf)
+            self._iperf = None
         snap = self.m.snapshot
         ip = snap.self_peer.ipv4 if snap and snap.self_peer else ""
         if not ip:
             return
         try:
-            self._iperf = subprocess.Popen(iperf_server_argv(ip, self.cfg.node.iperf_port),
-                                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-            rospy.loginfo("iperf3 server on %s:%d", ip, self.cfg.node.iperf_port)
+            self._iperf = children.spawn(iperf_server_argv(ip, self.cfg.node.iperf_port),
+                                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            self.log(INFO, f"iperf3 server on {ip}:{self.cfg.node.iperf_port}")
         except FileNotFoundError:
-            rospy.logwarn_once("iperf3 not installed: ~measure_link from peers will fail")
+            self.log(WARN, "iperf3 not installed: ~measure_link from peers will fail")
 
     def shutdown(self) -> None:
-        """Stop what this node started (by pid)."""
-        if self._iperf is not None and self._iperf.poll() is None:
-            self._iperf.terminate()
-            try:
-                self._iperf.wait(3)
-            except subprocess.TimeoutExpired:
-                self._iperf.kill()
+        """Stop every thread and every child this node started (by pid)."""
+        for w in [self.reporter] + self.workers:
+            w.stop()
+        children.kill_all()
         self.m.close()
+        self.log.close()
 
     # ----- services -------------------------------------------------------------------------
     def srv_list_peers(self, req: Any) -> ListPeersResponse:
@@ -259,26 +384,27 @@ class OverlayNode:
 
     def srv_ping_peer(self, req: Any) -> PingPeerResponse:
         o = self.m.ping(req.name, req.count, req.timeout)
-        self.poll()
+        self.poller.wake()  # the ping may have changed the path: read it now
         return PingPeerResponse(ok=o.ok, latency_min_ms=o.latency_min_ms, latency_mean_ms=o.latency_mean_ms,
                                 latency_max_ms=o.latency_max_ms, received=o.received, path=o.path,
                                 endpoint=o.endpoint, message=o.message)
 
     def srv_wait_for_peer(self, req: Any) -> WaitForPeerResponse:
-        ok, peer, waited, msg = self.m.wait_for_peer(req.name, req.timeout, req.require_direct,
-                                                     rospy.is_shutdown)
-        return WaitForPeerResponse(ok=ok, peer=peer_msg(peer), waited=waited, message=msg)
+        r = self.m.wait_for_peer(req.name, req.timeout, req.require_direct, rospy.is_shutdown)
+        return WaitForPeerResponse(ok=r.ok, peer=peer_msg(r.peer), waited=r.waited_s, message=r.message)
 
     def srv_measure_link(self, req: Any) -> MeasureLinkResponse:
-        ok, r, path, msg = self.m.measure_link(req.peer, req.duration, req.udp_bitrate)
-        return MeasureLinkResponse(ok=ok, tcp_throughput_mbps=r.tcp_throughput_mbps,
-                                   udp_jitter_ms=r.udp_jitter_ms, udp_loss_percent=r.udp_loss_percent,
-                                   rtt_min_ms=r.rtt_min_ms, rtt_mean_ms=r.rtt_mean_ms,
-                                   rtt_max_ms=r.rtt_max_ms, path=path, message=msg)
+        r = self.m.measure_link(req.peer, req.duration, req.udp_bitrate)
+        v = r.result
+        return MeasureLinkResponse(ok=r.ok, tcp_throughput_mbps=v.tcp_throughput_mbps,
+                                   udp_jitter_ms=v.udp_jitter_ms, udp_loss_percent=v.udp_loss_percent,
+                                   rtt_min_ms=v.rtt_min_ms, rtt_mean_ms=v.rtt_mean_ms,
+                                   rtt_max_ms=v.rtt_max_ms, path=r.path, message=r.message)
 
     def srv_get_ros_env(self, _req: Any) -> GetRosEnvResponse:
         env = self.m.ros_env()
-        ok = self.m.snapshot is not None and self.m.snapshot.backend_state == "Running"
+        snap = self.m.snapshot
+        ok = snap is not None and snap.backend_state == "Running"
         return GetRosEnvResponse(ok=ok, ros_master_uri=env.ros_master_uri, ros_hostname=env.ros_hostname,
                                  shell=env.shell(),
                                  message="" if ok else "not enrolled yet: names are computed from the config")
@@ -315,20 +441,25 @@ def main() -> None:
         sys.exit(2)
     api = LocalAPI(cfg.tailscale.socket)
     monitor = OverlayMonitor(cfg, api)
-    OverlayNode(monitor)
+    log = LogQueue(_ros_log)
+    node = OverlayNode(monitor, log)
+    rospy.on_shutdown(node.shutdown)
     exit_code: List[int] = [0]
-    threading.Thread(target=_enrol_loop, args=(api, cfg, exit_code), name="overlay-enrol", daemon=True).start()
+    stop = threading.Event()
+    rospy.on_shutdown(stop.set)
+    threading.Thread(target=_enrol_loop, args=(api, cfg, exit_code, log, stop), name="overlay-enrol",
+                     daemon=True).start()
     rospy.spin()
     sys.exit(exit_code[0])
 
 
-def _enrol_loop(api: LocalAPI, cfg: Any, exit_code: List[int]) -> None:
+def _enrol_loop(api: LocalAPI, cfg: Any, exit_code: List[int], log: LogQueue, stop: threading.Event) -> None:
     """Enrol once tailscaled answers; a missing daemon is retried, a bad key/config is fatal."""
     reported = ""
-    while not rospy.is_shutdown():
+    while not stop.is_set():
         try:
             result = ensure_enrolled(api, cfg)
-            rospy.loginfo("overlay_manager: %s", result.message)
+            log(INFO, f"overlay_manager: {result.message}")
             return
         except EnrolError as exc:
             rospy.logfatal("overlay_manager: enrolment failed: %s", exc)
@@ -337,6 +468,11 @@ def _enrol_loop(api: LocalAPI, cfg: Any, exit_code: List[int]) -> None:
             return
         except TailscaleError as exc:
             if str(exc) != reported:
-                rospy.logerr("overlay_manager: %s (retrying every 2 s)", exc)
+                log(LOG_ERROR, f"overlay_manager: {exc} (retrying every 2 s)")
                 reported = str(exc)
-            rospy.sleep(2.0)
+        except Exception as exc:  # noqa: BLE001 - keep trying; the poll thread reports tailscaled's state
+            text = describe(exc)
+            if text != reported:
+                log(LOG_ERROR, f"overlay_manager: enrolment check failed: {text} (retrying every 2 s)")
+                reported = text
+        stop.wait(2.0)

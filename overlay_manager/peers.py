@@ -1,14 +1,24 @@
 """tailscaled status JSON -> typed peer values, path classification and change detection (pure).
 
-Path rule (measured, see shared/ENVIRONMENT.md), from ipnstate.PeerStatus:
+Path rule (measured against tailscale v1.102.5), from ipnstate.PeerStatus:
 - not Online                      -> offline
-- CurAddr non-empty               -> direct (endpoint = CurAddr)
+- CurAddr non-empty               -> direct (endpoint = CurAddr), whether Active or not
 - PeerRelay non-empty             -> peer-relay
 - Active with both empty          -> derp (region = Relay, the peer's home DERP region)
 - otherwise                       -> idle (no recent traffic: no path known yet)
 ``Relay`` alone does NOT mean relayed: it is always set to the peer's home region.
 
+CurAddr without Active: ``tailscale status`` prints such a peer as "idle", because it shows
+whether traffic flowed in the last 45 s (Active) before it shows the path. Here it is ``direct``:
+tailscaled fills CurAddr only while it trusts that UDP address enough to send to it without
+DERP (magicsock's addrForSend), so the next packet goes direct. Calling it idle would make
+~path_changes report direct -> idle -> direct whenever a link pauses, without any path change;
+whether traffic flows recently is the separate ``active`` field.
+
 Unknown JSON fields are ignored; missing ones become "unknown" values (empty strings, NaN, None).
+Values that do not fit a ROS message field are clamped or marked unknown, never fatal: counters
+to 0..2^64-1 (NaN, inf and negatives -> 0), times outside ROS time's range -> 0 (unknown),
+latencies that are not finite and >= 0 -> NaN, strings that are not valid UTF-8 -> U+FFFD.
 """
 
 from __future__ import annotations
@@ -26,6 +36,9 @@ PATH_PEER_RELAY = "peer-relay"
 PATH_OFFLINE = "offline"
 PATH_SELF = "self"
 PATHS = (PATH_UNKNOWN, PATH_IDLE, PATH_DIRECT, PATH_DERP, PATH_PEER_RELAY, PATH_OFFLINE)
+
+UINT64_MAX = 2 ** 64 - 1
+TIME_MAX = 2 ** 32 - 1      # ROS 1 time: uint32 seconds since the epoch
 
 
 @dataclass(frozen=True)
@@ -107,28 +120,61 @@ def parse_time(value: Any) -> float:
         text = f"{head}.{digits[:6].ljust(6, '0')}{tail}"
     try:
         dt = datetime.fromisoformat(text)
-    except ValueError:
+        if dt.tzinfo is None:
+            dt = dt.replace(tzinfo=timezone.utc)
+        ts = dt.timestamp()
+    except (ValueError, OverflowError, OSError):
         return 0.0
-    if dt.tzinfo is None:
-        dt = dt.replace(tzinfo=timezone.utc)
-    return dt.timestamp()
+    return ts if 0.0 < ts <= TIME_MAX else 0.0
+
+
+def clean_str(v: str) -> str:
+    """v with anything that cannot be encoded as UTF-8 (lone surrogates from JSON escapes)
+    replaced, so the ROS serializer never fails on it."""
+    try:
+        v.encode("utf-8")
+        return v
+    except UnicodeEncodeError:
+        return v.encode("utf-8", "replace").decode("utf-8")
 
 
 def _str(d: Mapping[str, Any], key: str) -> str:
     v = d.get(key)
-    return v if isinstance(v, str) else ""
+    return clean_str(v) if isinstance(v, str) else ""
+
+
+def clamp_uint64(v: Any) -> int:
+    """A JSON number as a uint64 message field: 0..2^64-1; NaN, inf, negatives and non-numbers -> 0,
+    finite values above the range -> 2^64-1."""
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        return 0
+    if isinstance(v, float) and not math.isfinite(v):
+        return 0
+    if v <= 0:
+        return 0
+    return UINT64_MAX if v >= UINT64_MAX else int(v)
 
 
 def _int(d: Mapping[str, Any], key: str) -> int:
-    v = d.get(key)
-    return int(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0 else 0
+    return clamp_uint64(d.get(key))
+
+
+def finite_ms(v: Any, scale: float = 1.0) -> float:
+    """v * scale as a latency in ms: NaN unless v is a finite number >= 0 (and so is the product)."""
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        return math.nan
+    try:
+        ms = float(v) * scale
+    except OverflowError:
+        return math.nan
+    return ms if math.isfinite(ms) and ms >= 0 else math.nan
 
 
 def _strs(d: Mapping[str, Any], key: str) -> Tuple[str, ...]:
     v = d.get(key)
     if not isinstance(v, list):
         return ()
-    return tuple(x for x in v if isinstance(x, str))
+    return tuple(clean_str(x) for x in v if isinstance(x, str))
 
 
 def classify_path(ps: Mapping[str, Any]) -> Tuple[str, str]:
@@ -222,7 +268,7 @@ def derp_regions(derp_map: Mapping[str, Any]) -> Dict[int, str]:
             if isinstance(reg, dict):
                 try:
                     rid = int(reg.get("RegionID", key))
-                except (TypeError, ValueError):
+                except (TypeError, ValueError, OverflowError):
                     continue
                 out[rid] = _str(reg, "RegionCode") or str(rid)
     return out
@@ -234,6 +280,32 @@ def with_latency(snapshot: Snapshot, latency_ms: Mapping[str, float]) -> Snapsho
         replace(p, latency_ms=latency_ms.get(p.dns_name or p.name, math.nan)) for p in snapshot.peers
     )
     return replace(snapshot, peers=peers)
+
+
+def blind(snapshot: Snapshot, daemon_gone: bool) -> Snapshot:
+    """The snapshot to present while tailscaled cannot be read: the last known peers (names and
+    addresses stay useful), none online, path offline when tailscaled is not running at all (no
+    overlay packet can flow) or unknown when it runs but does not answer usefully; no endpoint,
+    no latency; backend state unknown, control server not reachable."""
+    path = PATH_OFFLINE if daemon_gone else PATH_UNKNOWN
+    peers = tuple(replace(p, online=False, active=False, path=path, endpoint="", latency_ms=math.nan)
+                  for p in snapshot.peers)
+    return replace(snapshot, backend_state="", peers=peers, control_reachable=False, health=())
+
+
+def peer_key(p: PeerState) -> Tuple[Any, ...]:
+    """Everything about a peer except measurements (byte counters, handshake and last-seen
+    times, latency): what makes a change worth publishing at once."""
+    return (p.name, p.dns_name, p.addresses, p.online, p.active, p.path, p.endpoint,
+            p.relay_region, p.tags, p.os, p.node_id)
+
+
+def topology_key(snapshot: Optional[Snapshot]) -> Tuple[Any, ...]:
+    """peer_key of this machine and of every peer, in order ('()' for no snapshot)."""
+    if snapshot is None:
+        return ()
+    me = peer_key(snapshot.self_peer) if snapshot.self_peer else None
+    return (me, tuple(peer_key(p) for p in snapshot.peers))
 
 
 @dataclass(frozen=True)
@@ -316,9 +388,7 @@ def parse_netcheck(report: Mapping[str, Any], regions: Mapping[int, str]) -> Nat
     latency = math.nan
     lat_map = report.get("RegionLatency")
     if isinstance(lat_map, dict) and pref_id:
-        v = lat_map.get(str(pref_id))
-        if isinstance(v, (int, float)):
-            latency = float(v) / 1e6  # Go time.Duration: nanoseconds
+        latency = finite_ms(lat_map.get(str(pref_id)), 1e-6)  # Go time.Duration: nanoseconds
     if not udp:
         summary = "UDP blocked: every link will be relayed through DERP"
     elif varies is True:

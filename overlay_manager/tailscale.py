@@ -24,6 +24,7 @@ import urllib.parse
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional
 
+from . import children
 from .validation import redact  # the one redaction: the key itself and anything key-shaped
 
 DEFAULT_SOCKET = "/var/run/tailscale/tailscaled.sock"
@@ -292,14 +293,7 @@ def enrol(
         f"--timeout={int(request.timeout_s)}s",
     ] + (["--force-reauth"] if request.force_reauth else [])
     try:
-        proc = subprocess.run(
-            argv,
-            capture_output=True,
-            text=True,
-            timeout=request.timeout_s + 10.0,
-            env=env,
-            check=False,
-        )
+        proc = children.run(argv, timeout_s=request.timeout_s + 10.0, env=env)
     except FileNotFoundError:
         raise EnrolError(
             f"tailscale CLI {cli!r} not found; install tailscale or set tailscale.cli in the robot config"
@@ -344,13 +338,14 @@ def netcheck(cli: str, socket_path: str, env: Optional[Dict[str, str]] = None,
              timeout_s: float = 20.0) -> Dict[str, Any]:
     """Run `tailscale netcheck --format=json-line` (NAT and DERP latency report, netcheck.Report).
 
+    The child is killed after timeout_s seconds, and with this process (see children.py).
+
     Raises:
         TailscaleError: when the CLI is missing, fails or prints no JSON.
     """
     argv = [cli, f"--socket={socket_path}", "netcheck", "--format=json-line"]
     try:
-        proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s, env=env,
-                              check=False)
+        proc = children.run(argv, timeout_s=timeout_s, env=env)
     except FileNotFoundError:
         raise TailscaleError(f"tailscale CLI {cli!r} not found") from None
     except subprocess.TimeoutExpired:

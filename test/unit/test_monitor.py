@@ -57,13 +57,13 @@ def test_ping_records_latency_and_unknown_peer(fake_tailscaled, tmp_path):
 def test_wait_for_peer_direct_and_timeout(fake_tailscaled, tmp_path):
     m = _monitor(fake_tailscaled, tmp_path)
     m.poll()
-    ok, peer, waited, msg = m.wait_for_peer("robotb", 2.0, True)
-    assert ok and peer.name == "robotb" and waited < 2.0
+    r = m.wait_for_peer("robotb", 2.0, True)
+    assert r.ok and r.peer.name == "robotb" and r.waited_s < 2.0
     fake_tailscaled.ping = dict(fake_tailscaled.ping, Endpoint="", DERPRegionID=999, DERPRegionCode="lab")
-    ok, _, waited, msg = m.wait_for_peer("robotb", 0.6, True)
-    assert not ok and "not direct" in msg and waited >= 0.6
-    ok, _, _, msg = m.wait_for_peer("ghost", 0.3, False)
-    assert not ok and "ghost" in msg
+    r = m.wait_for_peer("robotb", 0.6, True)
+    assert not r.ok and "not direct" in r.message and r.waited_s >= 0.6
+    r = m.wait_for_peer("ghost", 0.3, False)
+    assert not r.ok and "ghost" in r.message
     m.close()
 
 
@@ -109,9 +109,9 @@ def test_manage_hosts_writes_block(fake_tailscaled, tmp_path):
 def test_measure_link_unknown_peer_is_clean_failure(fake_tailscaled, tmp_path):
     m = _monitor(fake_tailscaled, tmp_path)
     m.poll()
-    ok, _, _, msg = m.measure_link("ghost", 1, 1)
-    assert not ok and "unknown peer" in msg
+    r = m.measure_link("ghost", 1, 1)
+    assert not r.ok and "unknown peer" in r.message
     if shutil.which("iperf3"):
-        ok, _, _, msg = m.measure_link("robotb", 1, 1)  # 100.64.0.2 is not reachable here
-        assert not ok and msg
+        r = m.measure_link("robotb", 1, 1)  # 100.64.0.2 is not reachable here
+        assert not r.ok and r.message
     m.close()
