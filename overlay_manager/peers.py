@@ -64,6 +64,8 @@ class PeerState:
     tags: Tuple[str, ...] = ()
     os: str = ""
     node_id: str = ""              # tailscaled's stable node id
+    peer_relay: str = ""           # peer-relay: "ip:port" of the relay server in use; else ""
+    relay_host: str = ""           # peer-relay: short name of the relay machine ("" = unknown)
 
     def matches(self, query: str) -> bool:
         """True when query names this peer: short name, FQDN (trailing dot ok) or overlay IP."""
@@ -230,7 +232,48 @@ def parse_peer(ps: Mapping[str, Any], is_self: bool = False) -> PeerState:
         tags=_strs(ps, "Tags"),
         os=_str(ps, "OS"),
         node_id=_str(ps, "ID"),
+        peer_relay=relay_endpoint(endpoint) if path == PATH_PEER_RELAY else "",
     )
+
+
+def relay_endpoint(peer_relay: str) -> str:
+    """The relay's ``ip:port`` from ipnstate's PeerRelay (``"{ip}:{port}:vni:{vni}"``).
+
+    Returns "" for "" and the text unchanged when it has no ``:vni:`` part.
+    """
+    head, _sep, _vni = peer_relay.partition(":vni:")
+    return head
+
+
+def _addr_of(endpoint: str) -> str:
+    """The address part of ``ip:port`` / ``[ip]:port`` ("" when there is none)."""
+    host, sep, _port = endpoint.rpartition(":")
+    if not sep:
+        return ""
+    return host[1:-1] if host.startswith("[") and host.endswith("]") else host
+
+
+def relay_host_name(endpoint: str, peers: Iterable[Any]) -> str:
+    """Short name of the tailnet machine that serves the peer relay at ``endpoint`` ("" = unknown).
+
+    Args:
+        endpoint: the relay's ``ip:port`` (see :func:`relay_endpoint`).
+        peers: ipnstate.PeerStatus dicts (the status's ``Peer`` values).
+
+    A machine serves the relay when one of its underlay endpoints (``Addrs``, ``CurAddr``) has
+    the relay's address: a relay server binds all interfaces of its machine. A relay reached
+    only through a static endpoint (a port forward) stays unknown.
+    """
+    addr = _addr_of(endpoint)
+    if not addr:
+        return ""
+    for ps in peers:
+        if not isinstance(ps, Mapping):
+            continue
+        eps = list(_strs(ps, "Addrs")) + [_str(ps, "CurAddr")]
+        if any(_addr_of(e) == addr for e in eps):
+            return short_name(ps)
+    return ""
 
 
 def parse_status(status: Mapping[str, Any]) -> Snapshot:
@@ -242,7 +285,10 @@ def parse_status(status: Mapping[str, Any]) -> Snapshot:
     if isinstance(peers_raw, dict):
         for ps in peers_raw.values():
             if isinstance(ps, dict):
-                peers.append(parse_peer(ps))
+                peer = parse_peer(ps)
+                if peer.peer_relay:
+                    peer = replace(peer, relay_host=relay_host_name(peer.peer_relay, peers_raw.values()))
+                peers.append(peer)
     peers.sort(key=lambda p: (p.name, p.dns_name))
     suffix = _str(status, "MagicDNSSuffix")
     tailnet = status.get("CurrentTailnet")
@@ -288,7 +334,8 @@ def blind(snapshot: Snapshot, daemon_gone: bool) -> Snapshot:
     overlay packet can flow) or unknown when it runs but does not answer usefully; no endpoint,
     no latency; backend state unknown, control server not reachable."""
     path = PATH_OFFLINE if daemon_gone else PATH_UNKNOWN
-    peers = tuple(replace(p, online=False, active=False, path=path, endpoint="", latency_ms=math.nan)
+    peers = tuple(replace(p, online=False, active=False, path=path, endpoint="", latency_ms=math.nan,
+                          peer_relay="", relay_host="")
                   for p in snapshot.peers)
     return replace(snapshot, backend_state="", peers=peers, control_reachable=False, health=())
 
@@ -297,7 +344,7 @@ def peer_key(p: PeerState) -> Tuple[Any, ...]:
     """Everything about a peer except measurements (byte counters, handshake and last-seen
     times, latency): what makes a change worth publishing at once."""
     return (p.name, p.dns_name, p.addresses, p.online, p.active, p.path, p.endpoint,
-            p.relay_region, p.tags, p.os, p.node_id)
+            p.relay_region, p.tags, p.os, p.node_id, p.peer_relay, p.relay_host)
 
 
 def topology_key(snapshot: Optional[Snapshot]) -> Tuple[Any, ...]:

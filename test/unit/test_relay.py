@@ -173,17 +173,35 @@ def test_dashboard_words_for_peer_relay() -> None:
     assert fmt.ping_text("robot4", ping).level == fmt.LEVEL_OK
 
 
-def test_relay_endpoint_and_host() -> None:
-    assert R.relay_endpoint("192.168.0.1:40000:vni:1") == "192.168.0.1:40000"
-    assert R.relay_endpoint("[2001:db8::1]:40000:vni:7") == "[2001:db8::1]:40000"
-    assert R.relay_endpoint("") == ""
-    peers = [
-        {"DNSName": "robot3.fleet.internal.", "HostName": "robot3", "Addrs": ["10.231.12.10:41641"]},
-        {"DNSName": "relay1.fleet.internal.", "HostName": "relay1",
-         "Addrs": ["10.231.15.10:41641", "[2001:db8::1]:41641"], "CurAddr": ""},
-    ]
-    assert R.relay_host_name("10.231.15.10:40000", peers) == "relay1"
-    assert R.relay_host_name("[2001:db8::1]:40000", peers) == "relay1"
-    assert R.relay_host_name("203.0.113.9:40000", peers) == ""  # a static endpoint: unknown
-    assert R.relay_host_name("", peers) == ""
-    assert R.relay_host_name("10.231.15.10:40000", [{"Addrs": None}, "junk"]) == ""
+
+def test_peer_relay_fields_from_status() -> None:
+    from overlay_manager import peers as P
+
+    assert P.relay_endpoint("192.168.0.1:40000:vni:1") == "192.168.0.1:40000"
+    assert P.relay_endpoint("[2001:db8::1]:40000:vni:7") == "[2001:db8::1]:40000"
+    assert P.relay_endpoint("") == ""
+    status = {
+        "BackendState": "Running",
+        "Self": {"DNSName": "robot3.fleet.internal.", "HostName": "robot3", "Online": True},
+        "Peer": {
+            "k1": {"DNSName": "robot4.fleet.internal.", "HostName": "robot4", "Online": True, "Active": True,
+                   "CurAddr": "", "PeerRelay": "10.231.15.10:40000:vni:3", "Relay": "lab",
+                   "Addrs": ["10.231.0.13:20001"], "ID": "n4"},
+            "k2": {"DNSName": "relay1.fleet.internal.", "HostName": "relay1", "Online": True,
+                   "Addrs": ["10.231.15.10:41641"], "ID": "r1"},
+            "k3": {"DNSName": "robot5.fleet.internal.", "HostName": "robot5", "Online": True, "Active": True,
+                   "PeerRelay": "203.0.113.9:40000:vni:9", "ID": "n5"},
+        },
+    }
+    snap = P.parse_status(status)
+    r4, r5 = snap.find("robot4"), snap.find("robot5")
+    assert r4.path == "peer-relay" and r4.peer_relay == "10.231.15.10:40000" and r4.relay_host == "relay1"
+    assert r5.peer_relay == "203.0.113.9:40000" and r5.relay_host == ""  # static endpoint: unknown
+    assert snap.find("relay1").peer_relay == "" and snap.find("relay1").relay_host == ""
+    # a relay change is a change worth publishing at once
+    moved = P.parse_status({**status, "Peer": {**status["Peer"], "k1": {
+        **status["Peer"]["k1"], "PeerRelay": "10.231.16.10:40000:vni:1"}}})
+    assert P.peer_key(moved.find("robot4")) != P.peer_key(r4)
+    blinded = P.blind(snap, daemon_gone=True).find("robot4")
+    assert blinded.peer_relay == "" and blinded.relay_host == ""
+    assert P.relay_host_name("10.231.15.10:40000", [{"Addrs": None}, "junk"]) == ""
