@@ -98,13 +98,15 @@ def entries_for(peers: Iterable[object], own_names: Sequence[str] = ()) -> List[
     return out
 
 
-def own_names(self_peer: Optional[object], fqdn: str = "") -> List[str]:
-    """This machine's overlay names: tailscaled's own FQDN and short name when known, else fqdn
-    (from the config) and its first label."""
+def own_names(self_peer: Optional[object], fqdn: str = "", others: Iterable[object] = ()) -> List[str]:
+    """This machine's overlay names: tailscaled's own FQDN and short name when known, plus fqdn
+    (from the config, what ROS_HOSTNAME is before tailscaled answers) and its first label unless
+    another machine (in others) carries that name, e.g. after tailscale renamed us on a clash."""
+    names: List[str] = []
     if self_peer is not None:
         names = [getattr(self_peer, "dns_name", "").rstrip("."), getattr(self_peer, "name", "")]
-    else:
-        names = [fqdn.rstrip("."), fqdn.split(".", 1)[0]]
+    taken = {n for p in others for n in (getattr(p, "dns_name", "").rstrip("."), getattr(p, "name", ""))}
+    names += [n for n in (fqdn.rstrip("."), fqdn.split(".", 1)[0]) if n not in taken]
     return [n for i, n in enumerate(names) if n and n not in names[:i]]
 
 

@@ -267,7 +267,9 @@ class OverlayMonitor:
     def _update_hosts(self, snap: Snapshot) -> None:
         # split horizon: this machine's own names -> loopback, so its own ROS graph never
         # depends on tailscaled; every other machine -> its overlay addresses
-        own = own_names(snap.self_peer, self.cfg.fqdn)
+        if snap.backend_state != "Running":
+            return  # starting or logged out: no peers listed; keep the last block meanwhile
+        own = own_names(snap.self_peer, self.cfg.fqdn, snap.peers)
         entries = [(a, tuple(n)) for a, n in entries_for(snap.peers, own)]
         if entries == self._hosts_entries:
             return

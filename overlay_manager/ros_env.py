@@ -138,7 +138,7 @@ def _enrol_and_write_hosts(cfg: RobotConfig, enrol: bool, write_hosts: bool, qui
     snap = parse_status(api.status())
     if write_hosts:
         # split horizon: this machine's own names -> loopback, the others -> overlay addresses
-        own = own_names(snap.self_peer, cfg.fqdn)
+        own = own_names(snap.self_peer, cfg.fqdn, snap.peers)
         try:
             changed = update_hosts_file(cfg.node.hosts_file, entries_for(snap.peers, own))
         except HostsError as exc:

@@ -94,8 +94,14 @@ class _P:
 def test_split_horizon_own_names_to_loopback_others_to_overlay():
     me = _P("robot1", "robot1.fleet.internal.", ("100.64.0.1", "fd7a:115c:a1e0::1"))
     other = _P("robot2", "robot2.fleet.internal.", ("100.64.0.2", "fd7a:115c:a1e0::2"))
-    own = H.own_names(me, "ignored.fleet.internal")
+    assert H.own_names(me, "robot1.fleet.internal") == ["robot1.fleet.internal", "robot1"]
+    own = H.own_names(me, "robot1.fleet.internal", [other])
     assert own == ["robot1.fleet.internal", "robot1"]
+    # renamed by tailscale after a name clash: the config's name belongs to the other machine
+    renamed = _P("robot2-1", "robot2-1.fleet.internal.", ("100.64.0.3",))
+    assert H.own_names(renamed, "robot2.fleet.internal", [other]) == ["robot2-1.fleet.internal", "robot2-1"]
+    assert H.own_names(renamed, "robot9.fleet.internal", [other]) == [
+        "robot2-1.fleet.internal", "robot2-1", "robot9.fleet.internal", "robot9"]
     entries = H.entries_for([me, other], own)   # this machine among the peers is skipped
     assert entries == [(H.LOOPBACK, ["robot1.fleet.internal", "robot1"]),
                        ("100.64.0.2", ["robot2.fleet.internal", "robot2"]),

@@ -48,5 +48,20 @@ def test_hosts_block_written_by_the_node_logic_is_split_horizon(fake_tailscaled,
     finally:
         m.close()
     lines = (tmp_path / "hosts").read_bytes().splitlines()
-    assert lines[1:3] == [b"127.0.1.1 robota.fleet.internal robota",
+    assert b" 100.64.0.1 " not in b" ".join(lines)
+    # tailscaled's own names first, then the config's (robot1: the example config's hostname)
+    assert lines[1:3] == [b"127.0.1.1 robota.fleet.internal robota robot1.fleet.internal robot1",
                           b"100.64.0.2 robotb.fleet.internal robotb"]
+
+
+def test_hosts_block_kept_while_tailscaled_is_not_running(fake_tailscaled, tmp_path):
+    """A restarting or logged-out tailscaled lists no peers: the block must not lose them."""
+    m = _monitor(fake_tailscaled, tmp_path)
+    try:
+        m.poll()
+        before = (tmp_path / "hosts").read_bytes()
+        fake_tailscaled.status = dict(fake_tailscaled.status, BackendState="Starting", Peer={})
+        m.poll()
+        assert (tmp_path / "hosts").read_bytes() == before
+    finally:
+        m.close()
