@@ -7,7 +7,8 @@ client) is started here:
   sends it when the *thread* that started the child ends, so start long-lived children from
   threads that live as long as the node (its worker threads do);
 - every child is registered until it ends, and :func:`kill_all` (the node's shutdown) kills
-  what is left, by pid;
+  what is left, by pid; each child leads its own process group, and kills go to that group, so
+  a wrapper script's own children go too (and hold no pipe open after a timeout);
 - :func:`run` is ``subprocess.run`` with a bounded timeout that kills the child on expiry.
 """
 
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import os
 import signal
 import subprocess
 import sys
@@ -51,7 +53,7 @@ def spawn(argv: Sequence[str], **kwargs: Any) -> subprocess.Popen:
 
     Raises what Popen raises (FileNotFoundError when the program is missing).
     """
-    proc = subprocess.Popen(list(argv), preexec_fn=_die_with_parent, **kwargs)
+    proc = subprocess.Popen(list(argv), preexec_fn=_die_with_parent, start_new_session=True, **kwargs)
     with _lock:
         _children.add(proc)
     return proc
@@ -63,15 +65,26 @@ def forget(proc: subprocess.Popen) -> None:
         _children.discard(proc)
 
 
+def _signal(proc: subprocess.Popen, sig: int) -> None:
+    """Send sig to the child's process group (it leads one), or to the child alone."""
+    try:
+        os.killpg(proc.pid, sig)
+    except (ProcessLookupError, PermissionError):
+        try:
+            proc.send_signal(sig)
+        except OSError:
+            pass
+
+
 def stop(proc: subprocess.Popen, grace_s: float = 2.0) -> None:
     """SIGTERM, wait up to grace_s seconds, then SIGKILL; always reaps and forgets the child."""
     try:
         if proc.poll() is None:
-            proc.terminate()
+            _signal(proc, signal.SIGTERM)
             try:
                 proc.wait(grace_s)
             except subprocess.TimeoutExpired:
-                proc.kill()
+                _signal(proc, signal.SIGKILL)
                 proc.wait(grace_s)
     except (OSError, subprocess.TimeoutExpired):
         pass
@@ -91,12 +104,12 @@ def run(argv: Sequence[str], timeout_s: float, env: Optional[dict] = None,
     try:
         out, err = proc.communicate(timeout=timeout_s)
     except subprocess.TimeoutExpired:
-        proc.kill()
+        _signal(proc, signal.SIGKILL)
         proc.communicate()
         raise
     finally:
         if proc.poll() is None:
-            proc.kill()
+            _signal(proc, signal.SIGKILL)
             proc.wait()
         forget(proc)
     return subprocess.CompletedProcess(list(argv), proc.returncode, out, err)
@@ -115,9 +128,6 @@ def kill_all(grace_s: float = 1.0) -> None:
         procs = list(_children)
     for p in procs:
         if p.poll() is None:
-            try:
-                p.terminate()
-            except OSError:
-                pass
+            _signal(p, signal.SIGTERM)
     for p in procs:
         stop(p, grace_s)

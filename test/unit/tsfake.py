@@ -1,10 +1,28 @@
-"""Unit-test helpers: recorded tailscaled JSON and a fake LocalAPI unix socket (tailscaled stand-in)."""
+"""Unit-test helpers: recorded tailscaled JSON and a fake LocalAPI unix socket (tailscaled stand-in).
+
+The fake can also misbehave, like a broken or hung tailscaled, through ``FakeTailscaled.mode``
+(switchable at any time, applies to every request):
+
+| mode | what the socket does |
+|---|---|
+| ``good`` | answers like tailscaled (the default) |
+| ``garbage`` | replies bytes that are not HTTP, then closes |
+| ``truncated`` | HTTP 200 with a Content-Length larger than the body it sends, then closes |
+| ``huge`` | status whose peer counters are ``1e400`` (JSON overflow to inf) and 2^70 (> uint64) |
+| ``hang`` | accepts and reads the request, never answers (until the mode changes or close) |
+| ``close`` | closes the connection without a byte |
+| ``http500`` | HTTP 500 with tailscaled's JSON error body |
+
+``stop()`` makes tailscaled gone (socket closed and removed: connection refused / no such
+socket); ``start()`` serves again on the same path.
+"""
 import copy
 import json
 import os
 import socketserver
 import tempfile
 import threading
+import time
 from http.server import BaseHTTPRequestHandler
 from urllib.parse import parse_qs, urlparse
 
@@ -19,6 +37,19 @@ def recorded(name: str) -> dict:
 
 class _Server(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
     daemon_threads = True
+
+
+MODES = ("good", "garbage", "truncated", "huge", "hang", "close", "http500")
+
+
+def huge_status(status: dict) -> bytes:
+    """status as JSON bytes with every peer's RxBytes = 1e400 and TxBytes = 2^70 (literal JSON
+    numbers: Python's json turns 1e400 into inf, and 2^70 does not fit a uint64)."""
+    doc = copy.deepcopy(status)
+    for ps in doc.get("Peer", {}).values():
+        ps["RxBytes"], ps["TxBytes"] = "@RX@", "@TX@"
+    text = json.dumps(doc).replace('"@RX@"', "1e400").replace('"@TX@"', str(2 ** 70))
+    return text.encode()
 
 
 class FakeTailscaled:
@@ -40,9 +71,11 @@ class FakeTailscaled:
         self.ping = recorded("ping_direct.json")
         self.ping_for = ping_for
         self.record_requests = record_requests
+        self.mode = "good"
         self.requests = []
         self.counts = {}
         self._lock = threading.Lock()
+        self._closing = threading.Event()
         fake = self
 
         def note(method, path, host):
@@ -64,8 +97,35 @@ class FakeTailscaled:
                 self.end_headers()
                 self.wfile.write(data)
 
+            def _misbehave(self):
+                """Answer as the current mode says; True when the request is dealt with."""
+                mode = fake.mode
+                if mode == "good" or mode == "huge" and self.path != "/localapi/v0/status":
+                    return False
+                self.close_connection = True
+                if mode == "garbage":
+                    self.wfile.write(b"\x00\xffthis is not HTTP\r\n\r\n")
+                elif mode == "truncated":
+                    body = json.dumps(fake.status).encode()
+                    self.send_response(200)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(len(body)))
+                    self.end_headers()
+                    self.wfile.write(body[: len(body) // 2])
+                elif mode == "huge":
+                    self._send(200, huge_status(fake.status))
+                elif mode == "hang":
+                    while fake.mode == "hang" and not fake._closing.is_set():
+                        time.sleep(0.02)
+                elif mode == "http500":
+                    self._send(500, {"error": "internal error: backend is wedged"})
+                # "close": nothing at all
+                return True
+
             def do_GET(self):
                 note("GET", self.path, self.headers.get("Host"))
+                if self._misbehave():
+                    return
                 if self.path == "/localapi/v0/status":
                     self._send(200, fake.status)
                 elif self.path == "/localapi/v0/prefs":
@@ -77,6 +137,8 @@ class FakeTailscaled:
 
             def do_POST(self):
                 note("POST", self.path, self.headers.get("Host"))
+                if self._misbehave():
+                    return
                 if self.path.startswith("/localapi/v0/ping"):
                     if fake.ping_for is not None:
                         ip = parse_qs(urlparse(self.path).query).get("ip", [""])[0]
@@ -89,14 +151,28 @@ class FakeTailscaled:
             def client_address_string(self):
                 return "unix"
 
-        self.server = _Server(self.socket_path, Handler)
+        self._handler = Handler
+        self.server = None
+        self.start()
+
+    def start(self) -> None:
+        """Serve on socket_path (again, after stop())."""
+        self.server = _Server(self.socket_path, self._handler)
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
         self.thread.start()
 
+    def stop(self) -> None:
+        """tailscaled gone: stop serving and remove the socket (clients get 'no such socket')."""
+        if self.server is not None:
+            self.server.shutdown()
+            self.server.server_close()
+            self.server = None
+        if os.path.lexists(self.socket_path):
+            os.unlink(self.socket_path)
+
     def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-        os.unlink(self.socket_path)
+        self._closing.set()
+        self.stop()
         os.rmdir(self.dir)
 
 
