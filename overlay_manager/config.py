@@ -50,7 +50,9 @@ class NodeSettings:
     publish_rate: float = field(default=1.0, metadata=_limits(gt=0, le=1000))  # Hz, ~peers/~status republish
     poll_rate: float = field(default=4.0, metadata=_limits(gt=0, le=1000))     # Hz, reads of tailscaled status
     ping_interval: float = field(default=5.0, metadata=_limits(le=86400))  # s between disco pings; 0 = off
-    watch_peers: Tuple[str, ...] = ()  # short names; () = every online peer
+    # short names pinged besides the master's machine and the machines that carry ROS topics to or
+    # from this one (from the topic-link map); with topic_links_interval 0: () = every online peer
+    watch_peers: Tuple[str, ...] = ()
     manage_hosts: bool = False       # keep a managed overlay-names block in hosts_file
     hosts_file: str = "/etc/hosts"
     iperf_server: bool = True        # serve iperf3 on the overlay address
@@ -59,6 +61,8 @@ class NodeSettings:
     preflight_interval: float = field(default=30.0, metadata=_limits(le=86400))
     # s between NAT checks (tailscale netcheck); 0 = at start only
     netcheck_interval: float = field(default=60.0, metadata=_limits(le=86400))
+    # s between topic-link maps (~topic_links, which machines carry ROS connections); 0 = off
+    topic_links_interval: float = field(default=2.0, metadata=_limits(le=86400))
 
 
 @dataclass(frozen=True)

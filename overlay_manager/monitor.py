@@ -23,7 +23,7 @@ import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, replace
-from typing import Callable, Dict, List, Optional, Set, Tuple
+from typing import Callable, Dict, FrozenSet, List, Optional, Set, Tuple
 
 from . import links
 from .config import RobotConfig
@@ -193,6 +193,9 @@ class OverlayMonitor:
         self._hosts_entries: Optional[List[Tuple[str, Tuple[str, ...]]]] = None
         self._pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="overlay-ping")
         self._pings: Set[Future] = set()          # in-flight ping_watched futures (cancelled by close)
+        # short names of the machines carrying ROS connections to or from this one (set by the
+        # node's topic-link thread in one assignment); None = no topic-link map (ping every peer)
+        self.topic_peers: Optional[FrozenSet[str]] = None
 
     # ----- status ---------------------------------------------------------------------------
     @property
@@ -310,15 +313,30 @@ class OverlayMonitor:
                 if (not online_only or p.online) and (not tag or tag in p.tags)
                 and (not path or p.path == path)]
 
+    def set_topic_peers(self, names: FrozenSet[str]) -> None:
+        """The machines that carry ROS connections to or from this one (from the topic links)."""
+        self.topic_peers = frozenset(names)
+
     def watched(self) -> List[PeerState]:
-        """Peers to keep fresh with disco pings: node.watch_peers, or every online peer."""
-        if not self.snapshot:
+        """Online peers to keep fresh with disco pings (N^2 pings across a fleet otherwise).
+
+        With a topic-link map (``topic_peers`` set): node.watch_peers, the ROS master's machine and
+        the machines that carry ROS connections to or from this one. Without one: node.watch_peers,
+        or every online peer when that is empty.
+        """
+        snap = self.snapshot
+        if not snap:
             return []
         names = self.cfg.node.watch_peers
-        peers = [p for p in self.snapshot.peers if p.online]
-        if names:
-            peers = [p for p in peers if any(p.matches(n) for n in names)]
-        return peers
+        topic = self.topic_peers
+        peers = [p for p in snap.peers if p.online]
+        if topic is None:
+            if names:
+                peers = [p for p in peers if any(p.matches(n) for n in names)]
+            return peers
+        wanted = {n.rstrip(".").lower() for n in (*names, *topic, self.cfg.master, self.cfg.master_fqdn)}
+        return [p for p in peers if p.name.lower() in wanted or p.dns_name.lower() in wanted
+                or any(a in wanted for a in p.addresses)]
 
     def ping(self, name: str, count: int = 3, timeout_s: float = 5.0) -> PingOutcome:
         """Disco pings to a peer; records its latency. Never raises."""

@@ -7,6 +7,9 @@ the config as a ~private parameter of the same name (overrides the file). Then:
   at node.publish_rate), ~path_changes (one per change), /diagnostics;
 - disco-ping watched peers every node.ping_interval seconds; netcheck every netcheck_interval;
 - serve ~list_peers ~get_peer ~ping_peer ~wait_for_peer ~measure_link ~get_ros_env ~preflight;
+- map which ROS topic connections cross which overlay path every node.topic_links_interval s:
+  ~topic_links (latched) and ~get_topic_links; ~host_aliases (host -> machine) maps node hosts
+  that are not overlay names; the machines found carrying topics are the ones pinged;
 - optionally serve iperf3 on the overlay address and keep a managed block in the hosts file.
 Exit codes: 2 bad config, 3 enrolment failed (bad key, other login server), 0 normal shutdown.
 A tailscaled that is not running yet is waited for (reported on /diagnostics), not fatal.
@@ -24,6 +27,7 @@ tailscaled, the ROS master or the log.
 | overlay-netcheck | ``refresh_nat`` every netcheck_interval s | `tailscale netcheck` child (bounded, dies with the node) |
 | overlay-preflight | ``preflight`` every preflight_interval s | DNS lookups, TCP connect to the master (2 s) |
 | overlay-iperf | keeps the iperf3 server running (every 2 s) | spawning iperf3 |
+| overlay-topics | topic-link map every topic_links_interval s, publishes ~topic_links (its pool: overlay-graph_N) | XML-RPC to the master and nodes (each call bounded: node_topics.XMLRPC_TIMEOUT_S) |
 | overlay-enrol | ``ensure_enrolled`` until it succeeds | LocalAPI, `tailscale up` child (bounded) |
 | overlay-log | writes queued log lines with rospy | rospy logging (it may wait for the master) |
 | rospy service threads | the services | LocalAPI, iperf3; never a lock publishing needs |
@@ -78,6 +82,7 @@ from . import children
 from .config import ConfigError, NodeSettings, apply_overrides, load_robot_config
 from .enrolment import ensure_enrolled
 from .links import iperf_server_argv
+from .node_topics import XMLRPC_TIMEOUT_S, TopicLinkReporter, parse_host_aliases
 from .monitor import ERROR, OK, STATUS_TIMEOUT_S, Freshness, OverlayMonitor, Reading
 from .peers import TIME_MAX, PathChangeEvent, PeerState, clamp_uint64, topology_key
 from .tailscale import EnrolError, LocalAPI, TailscaleError
@@ -140,9 +145,11 @@ class OverlayNode:
         monitor: the node's logic (owns the LocalAPI client).
         log: where every thread's log lines go (a LogQueue; never rospy directly).
         start: start the worker threads (False in tests that drive cycles by hand).
+        host_aliases: node URI host -> machine short name, for the topic-link map.
     """
 
-    def __init__(self, monitor: OverlayMonitor, log: LogQueue, start: bool = True) -> None:
+    def __init__(self, monitor: OverlayMonitor, log: LogQueue, start: bool = True,
+                 host_aliases: Optional[Dict[str, str]] = None) -> None:
         self.m = monitor
         self.cfg = monitor.cfg
         self.log = log
@@ -184,6 +191,11 @@ class OverlayNode:
                                    every(n.preflight_interval), 30.0, log, start=False))
         if n.iperf_server:
             self.workers.append(Worker("overlay-iperf", self._ensure_iperf, 2.0, 15.0, log, start=False))
+        self.topics = TopicLinkReporter(monitor, host_aliases)
+        if n.topic_links_interval > 0:
+            monitor.set_topic_peers(frozenset())  # ping only what matters, from the first map on
+            self.workers.append(Worker("overlay-topics", self.topics.cycle, n.topic_links_interval,
+                                       4 * XMLRPC_TIMEOUT_S + 10.0, log, start=False))
         if start:
             self.start()
 
@@ -367,6 +379,7 @@ class OverlayNode:
         for w in [self.reporter] + self.workers:
             w.stop()
         children.kill_all()
+        self.topics.close()
         self.m.close()
         self.log.close()
 
@@ -436,13 +449,15 @@ def main() -> None:
         master = str(rospy.get_param("~master", "") or "")
         if master:
             cfg = replace(cfg, master=master.rstrip("."))
+        aliases = parse_host_aliases(rospy.get_param("~host_aliases", None),
+                                     f"{rospy.get_name()} private parameters")
     except ConfigError as exc:
         rospy.logfatal("overlay_manager: bad config: %s", exc)
         sys.exit(2)
     api = LocalAPI(cfg.tailscale.socket)
     monitor = OverlayMonitor(cfg, api)
     log = LogQueue(_ros_log)
-    node = OverlayNode(monitor, log)
+    node = OverlayNode(monitor, log, host_aliases=aliases)
     rospy.on_shutdown(node.shutdown)
     exit_code: List[int] = [0]
     stop = threading.Event()

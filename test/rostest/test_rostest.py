@@ -9,7 +9,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 @pytest.mark.skipif(shutil.which("rostest") is None, reason="rostest not installed (scripts/setup)")
-@pytest.mark.parametrize("launch", ["node.test"])
+@pytest.mark.parametrize("launch", ["node.test", "topic_links.test"])
 def test_rostest(launch, tmp_path):
     env = dict(os.environ, ROS_HOME=str(tmp_path), ROS_LOG_DIR=str(tmp_path / "log"))
     env["PATH"] = "/usr/bin:/bin:/usr/sbin:/sbin:" + env.get("PATH", "")

@@ -1,0 +1,114 @@
+#!/usr/bin/python3
+"""rostest: the real node's topic-link map (~get_topic_links, ~topic_links) over real ROS connections.
+
+See topic_links.test for the machines: /camera on robotb (127.0.0.2) publishes /chatter to /viewer
+on this machine robota (127.0.0.1), whose path the fake tailscaled reports direct at
+10.250.0.3:41641; /local_talker -> /viewer stays inside robota.
+"""
+import math
+import socket
+import sys
+import time
+import unittest
+import xmlrpc.client
+
+import rosgraph
+import rospy
+import rostest
+
+from overlay_manager.msg import TopicLinkList
+from overlay_manager.srv import GetTopicLinks
+
+NS = "/overlay_manager/"
+
+
+def wait_for(what, predicate, timeout=30.0, describe=lambda: ""):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.2)
+    raise AssertionError(f"timed out after {timeout} s waiting for {what}; last seen: {describe()}")
+
+
+def by_pair(links):
+    return {(link.topic, link.publisher_node, link.subscriber_node): link for link in links}
+
+
+class TopicLinks(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        rospy.wait_for_service(NS + "get_topic_links", timeout=30)
+        cls.get = rospy.ServiceProxy(NS + "get_topic_links", GetTopicLinks)
+        cls.latest = {}
+        rospy.Subscriber(NS + "topic_links", TopicLinkList, lambda m: cls.latest.__setitem__("msg", m))
+
+    def call(self, topic="", host="", include_local=False):
+        resp = self.get(topic=topic, host=host, include_local=include_local)
+        self.assertTrue(resp.ok, resp.message)
+        return resp.links
+
+    def test_cross_machine_link_has_path_and_rate(self):
+        last = []
+
+        def ready():
+            last[:] = self.call()
+            link = by_pair(last).get(("/chatter", "/camera", "/viewer"))
+            return link if link is not None and link.bytes_per_second > 0 else None
+
+        link = wait_for("/chatter robotb -> robota with a rate", ready, describe=lambda: last)
+        self.assertEqual((link.publisher_host, link.subscriber_host, link.local), ("robotb", "robota", False))
+        self.assertEqual((link.path, link.endpoint), ("direct", "10.250.0.3:41641"))
+        self.assertEqual(link.type, "std_msgs/String")
+        # 20 Hz x about 200 bytes (plus TCPROS framing): between 1 and 20 kB/s
+        self.assertGreater(link.bytes_per_second, 1000.0)
+        self.assertLess(link.bytes_per_second, 20000.0)
+
+    def test_local_links_only_on_request_and_filters(self):
+        wait_for("the local link", lambda: ("/local_chatter", "/local_talker", "/viewer")
+                 in by_pair(self.call(include_local=True)))
+        local = by_pair(self.call(include_local=True))[("/local_chatter", "/local_talker", "/viewer")]
+        self.assertTrue(local.local)
+        self.assertEqual((local.publisher_host, local.subscriber_host, local.path), ("robota", "robota", "self"))
+        self.assertNotIn(("/local_chatter", "/local_talker", "/viewer"), by_pair(self.call()))
+        self.assertTrue(all(link.topic == "/chatter" for link in self.call(topic="/chatter")))
+        self.assertEqual(by_pair(self.call(host="robotb.fleet.internal")).keys(),
+                         by_pair(self.call(host="robotb")).keys())
+        self.assertIn(("/chatter", "/camera", "/viewer"), by_pair(self.call(host="robotb")))
+        self.assertEqual(self.call(host="nosuchmachine"), [])
+
+    def test_latched_topic(self):
+        msg = wait_for("~topic_links with /chatter", lambda: (
+            self.latest.get("msg") if ("/chatter", "/camera", "/viewer") in by_pair(
+                self.latest["msg"].links if "msg" in self.latest else []) else None))
+        self.assertTrue(all(not link.local for link in msg.links))
+        keys = [(link.topic, link.publisher_host, link.subscriber_host) for link in msg.links]
+        self.assertEqual(keys, sorted(keys))
+
+    def test_hung_node_does_not_stall_the_map(self):
+        # a "node" whose XML-RPC port accepts connections and never answers, on machine robotc
+        hung = socket.socket()
+        hung.bind(("127.0.0.3", 0))
+        hung.listen(8)
+        uri = f"http://127.0.0.3:{hung.getsockname()[1]}/"
+        master = xmlrpc.client.ServerProxy(rosgraph.get_master_uri())
+        code, msg, _ = master.registerPublisher("/hung_camera", "/chatter", "std_msgs/String", uri)
+        self.assertEqual(code, 1, msg)
+        try:
+            start = time.monotonic()
+            links = by_pair(self.call())
+            took = time.monotonic() - start
+            self.assertLess(took, 5.0, "one hung node must cost at most a call timeout")
+            self.assertIn(("/chatter", "/camera", "/viewer"), links)
+            dead = links[("/chatter", "/hung_camera", "/viewer")]
+            self.assertEqual((dead.publisher_host, dead.path), ("robotc", "unknown"))
+            self.assertTrue(math.isnan(dead.bytes_per_second))
+        finally:
+            master.unregisterPublisher("/hung_camera", "/chatter", uri)
+            hung.close()
+
+
+if __name__ == "__main__":
+    rospy.init_node("topic_links_check", anonymous=True)
+    rostest.rosrun("overlay_manager", "topic_links_check", TopicLinks, sys.argv)
