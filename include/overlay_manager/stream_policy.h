@@ -1,0 +1,117 @@
+// Link-aware stream policy: which JPEG quality and frame rate a camera stream uses, given the
+// overlay paths of its current subscribers and what delivery to them looks like.
+//
+// Pure logic (no ROS): the encoder nodelet feeds it subscribers and encoded frame sizes and reads
+// back one Decision. One ROS publisher sends the same message to every subscriber, so the stream
+// fits the most constrained subscriber; that subscriber is named in Decision::limited_by.
+//
+// Not thread-safe: the caller serialises access (the encoder holds one mutex around every call;
+// every method is O(subscribers) and does no I/O).
+#ifndef OVERLAY_MANAGER_STREAM_POLICY_H
+#define OVERLAY_MANAGER_STREAM_POLICY_H
+
+#include <limits>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace overlay_manager
+{
+
+/// Path names, the same words as overlay_manager/Peer's PATH_* constants, plus "local".
+namespace paths
+{
+const char* const kLocal = "local";          ///< subscriber runs on this machine: no overlay link
+const char* const kDirect = "direct";        ///< direct WireGuard over UDP
+const char* const kDerp = "derp";            ///< relayed through a DERP server (TCP/HTTPS)
+const char* const kPeerRelay = "peer-relay"; ///< relayed through a tailscale peer relay (UDP)
+const char* const kIdle = "idle";            ///< online, no recent traffic: path not known yet
+const char* const kOffline = "offline";      ///< the control server says the peer is offline
+const char* const kUnknown = "unknown";      ///< subscriber's machine not resolved (yet)
+}  // namespace paths
+
+/// Limits and per-path budgets, from the nodelet's ~params. Rates in Hz, bitrates in kbit/s.
+struct PolicyParams
+{
+  double max_rate_hz = 30.0;   ///< never publish faster than this
+  double min_rate_hz = 2.0;    ///< never lower the rate below this to meet a budget
+  int max_quality = 90;        ///< JPEG quality when nothing limits the stream (1..100)
+  int min_quality = 30;        ///< lowest JPEG quality used to meet a budget before dropping rate
+  /// Budget per path; a path missing here (local, direct) has no budget (full rate, max quality).
+  std::map<std::string, double> budget_kbps = {
+      {paths::kDerp, 8000.0},     {paths::kPeerRelay, 20000.0}, {paths::kIdle, 8000.0},
+      {paths::kUnknown, 8000.0},  {paths::kOffline, 8000.0}};
+  /// Raise quality/rate only while the predicted bitrate stays below this share of the budget
+  /// (hysteresis: one quality step changes a JPEG by a few percent).
+  double raise_below = 0.75;
+  /// Weight of the newest frame in the frame-size average (0..1].
+  double size_smoothing = 0.5;
+};
+
+/// One subscriber as the policy sees it.
+struct SubscriberView
+{
+  std::string node;  ///< caller id of the subscribing node
+  std::string host;  ///< short name of its machine ("" = not resolved)
+  std::string path;  ///< one of paths::k*
+  /// Cap learnt from observed delivery to this subscriber (kbit/s); NaN = no cap observed.
+  double observed_cap_kbps = std::numeric_limits<double>::quiet_NaN();
+};
+
+/// What the encoder does now.
+struct Decision
+{
+  int quality = 90;                                             ///< JPEG quality (1..100)
+  double rate_hz = 30.0;                                        ///< maximum output rate
+  double budget_kbps = std::numeric_limits<double>::infinity(); ///< effective budget; inf = none
+  std::string limited_by;  ///< host (or node) whose budget applies; "" when nothing limits
+  std::string reason;      ///< why: "no budget", "path derp", "observed delivery", ...
+};
+
+/// Chooses quality and rate from subscribers' paths and the sizes of encoded frames.
+class StreamPolicy
+{
+public:
+  explicit StreamPolicy(const PolicyParams& params = PolicyParams());
+
+  /// Replace the limits (e.g. after a parameter change); keeps the frame-size estimate.
+  void setParams(const PolicyParams& params);
+  const PolicyParams& params() const { return params_; }
+
+  /// The budget (kbit/s) of one subscriber: the path's budget, lowered by an observed cap;
+  /// infinity when neither applies.
+  double budgetFor(const SubscriberView& sub) const;
+
+  /// New set of subscribers: recomputes the effective budget. With no budget the decision jumps
+  /// to max quality and max rate at once; with a budget the next frames converge to it.
+  void setSubscribers(const std::vector<SubscriberView>& subs);
+  const std::vector<SubscriberView>& subscribers() const { return subs_; }
+
+  /// Feed the size (bytes) of a frame just encoded at `quality`; adjusts quality and rate.
+  void onFrameEncoded(size_t bytes, int quality);
+
+  /// The rate (Hz) frames arrive at from the raw topic; NaN = unknown (assume max_rate_hz).
+  /// The stream cannot be faster than its input, so predictions use the lower of the two.
+  void setInputRate(double hz) { input_rate_hz_ = hz; }
+
+  /// Predicted output bitrate (kbit/s) at the current decision from the frame-size estimate;
+  /// NaN before the first frame.
+  double predictedKbps() const;
+
+  const Decision& decision() const { return decision_; }
+
+private:
+  void applyBudget();
+  int clampQuality(int q) const;
+  double clampRate(double r) const;
+
+  PolicyParams params_;
+  std::vector<SubscriberView> subs_;
+  Decision decision_;
+  double size_bytes_ = std::numeric_limits<double>::quiet_NaN();  ///< smoothed frame size
+  double input_rate_hz_ = std::numeric_limits<double>::quiet_NaN();
+};
+
+}  // namespace overlay_manager
+
+#endif  // OVERLAY_MANAGER_STREAM_POLICY_H

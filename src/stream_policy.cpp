@@ -1,0 +1,144 @@
+// Link-aware stream policy (see stream_policy.h).
+#include "overlay_manager/stream_policy.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace overlay_manager
+{
+
+StreamPolicy::StreamPolicy(const PolicyParams& params) : params_(params)
+{
+  decision_.quality = params_.max_quality;
+  decision_.rate_hz = params_.max_rate_hz;
+  decision_.reason = "no subscribers";
+}
+
+void StreamPolicy::setParams(const PolicyParams& params)
+{
+  params_ = params;
+  applyBudget();
+}
+
+double StreamPolicy::budgetFor(const SubscriberView& sub) const
+{
+  double budget = std::numeric_limits<double>::infinity();
+  auto it = params_.budget_kbps.find(sub.path);
+  if (it != params_.budget_kbps.end() && it->second > 0.0)
+    budget = it->second;
+  if (!std::isnan(sub.observed_cap_kbps) && sub.observed_cap_kbps > 0.0)
+    budget = std::min(budget, sub.observed_cap_kbps);
+  return budget;
+}
+
+void StreamPolicy::setSubscribers(const std::vector<SubscriberView>& subs)
+{
+  subs_ = subs;
+  applyBudget();
+}
+
+void StreamPolicy::applyBudget()
+{
+  double budget = std::numeric_limits<double>::infinity();
+  std::string limited_by;
+  std::string reason = subs_.empty() ? "no subscribers" : "no budget";
+  for (const SubscriberView& sub : subs_)
+  {
+    const double b = budgetFor(sub);
+    if (b < budget)
+    {
+      budget = b;
+      limited_by = sub.host.empty() ? sub.node : sub.host;
+      const bool observed = !std::isnan(sub.observed_cap_kbps) && sub.observed_cap_kbps > 0.0 &&
+                            sub.observed_cap_kbps <= b;
+      reason = observed ? "observed delivery" : "path " + sub.path;
+    }
+  }
+  decision_.budget_kbps = budget;
+  decision_.limited_by = limited_by;
+  decision_.reason = reason;
+  if (std::isinf(budget))
+  {
+    decision_.quality = params_.max_quality;
+    decision_.rate_hz = params_.max_rate_hz;
+  }
+  else
+  {
+    decision_.quality = clampQuality(decision_.quality);
+    decision_.rate_hz = clampRate(decision_.rate_hz);
+    // Jump straight to a rate that fits when the estimate already says the stream is too big:
+    // waiting for frames to step quality down would send a second of frames the link cannot carry.
+    const double pred = predictedKbps();
+    if (!std::isnan(pred) && pred > budget && decision_.quality <= params_.min_quality)
+      decision_.rate_hz = clampRate(budget * 1000.0 / (size_bytes_ * 8.0));
+  }
+}
+
+int StreamPolicy::clampQuality(int q) const
+{
+  const int lo = std::max(1, std::min(params_.min_quality, params_.max_quality));
+  const int hi = std::min(100, std::max(params_.min_quality, params_.max_quality));
+  return std::max(lo, std::min(hi, q));
+}
+
+double StreamPolicy::clampRate(double r) const
+{
+  const double hi = params_.max_rate_hz;
+  const double lo = std::min(params_.min_rate_hz, hi);
+  if (std::isnan(r))
+    return hi;
+  return std::max(lo, std::min(hi, r));
+}
+
+double StreamPolicy::predictedKbps() const
+{
+  if (std::isnan(size_bytes_))
+    return std::numeric_limits<double>::quiet_NaN();
+  double rate = decision_.rate_hz;
+  if (!std::isnan(input_rate_hz_) && input_rate_hz_ > 0.0)
+    rate = std::min(rate, input_rate_hz_);
+  return size_bytes_ * 8.0 * rate / 1000.0;
+}
+
+void StreamPolicy::onFrameEncoded(size_t bytes, int quality)
+{
+  const double a = std::max(0.01, std::min(1.0, params_.size_smoothing));
+  // A frame encoded at another quality than the current decision (a decision changed while it
+  // was being encoded) still says something about the scene; weigh it like any other.
+  (void)quality;
+  size_bytes_ = std::isnan(size_bytes_) ? static_cast<double>(bytes) : a * bytes + (1.0 - a) * size_bytes_;
+
+  const double budget = decision_.budget_kbps;
+  if (std::isinf(budget))
+  {
+    decision_.quality = params_.max_quality;
+    decision_.rate_hz = params_.max_rate_hz;
+    return;
+  }
+  const double pred = predictedKbps();
+  const double frame_bits = size_bytes_ * 8.0;
+  if (pred > budget)
+  {
+    if (decision_.quality > params_.min_quality)
+    {
+      // JPEG size falls slowly with quality near the top and fast in the middle: take bigger
+      // steps the further over budget the stream is, so a switch to derp settles in ~10 frames.
+      const double over = pred / budget;
+      const int step = over > 2.0 ? 10 : (over > 1.3 ? 5 : 2);
+      decision_.quality = clampQuality(decision_.quality - step);
+    }
+    else
+    {
+      decision_.rate_hz = clampRate(budget * 1000.0 / frame_bits);
+    }
+  }
+  else if (pred < params_.raise_below * budget)
+  {
+    if (decision_.rate_hz < params_.max_rate_hz)
+      decision_.rate_hz = clampRate(params_.raise_below * budget * 1000.0 / frame_bits);
+    else if (decision_.quality < params_.max_quality)
+      decision_.quality = clampQuality(decision_.quality + 1);
+  }
+}
+
+}  // namespace overlay_manager

@@ -1,0 +1,183 @@
+// Unit tests of the link-aware stream policy and the subscriber-host helpers (pure logic).
+#include "overlay_manager/stream_policy.h"
+#include "overlay_manager/subscriber_hosts.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+using overlay_manager::Decision;
+using overlay_manager::PolicyParams;
+using overlay_manager::StreamPolicy;
+using overlay_manager::SubscriberView;
+
+namespace
+{
+SubscriberView sub(const std::string& host, const std::string& path, double cap = NAN)
+{
+  SubscriberView v;
+  v.node = "/viewer_" + host;
+  v.host = host;
+  v.path = path;
+  v.observed_cap_kbps = cap;
+  return v;
+}
+
+/// A toy JPEG: frame bytes grow with quality like real 640x480 frames do (about 33 KB at 80).
+size_t frameBytes(int quality)
+{
+  return static_cast<size_t>(8000.0 + 25000.0 * std::pow(quality / 80.0, 2.0));
+}
+
+/// Runs the encoder loop for n frames at the input rate and returns the final decision.
+Decision run(StreamPolicy& p, int frames)
+{
+  for (int i = 0; i < frames; ++i)
+    p.onFrameEncoded(frameBytes(p.decision().quality), p.decision().quality);
+  return p.decision();
+}
+}  // namespace
+
+TEST(StreamPolicy, DirectAndLocalGetFullRateAndMaxQuality)
+{
+  StreamPolicy p;
+  p.setSubscribers({sub("laptop", "direct"), sub("robot1", "local")});
+  const Decision d = run(p, 50);
+  EXPECT_EQ(d.quality, p.params().max_quality);
+  EXPECT_DOUBLE_EQ(d.rate_hz, p.params().max_rate_hz);
+  EXPECT_TRUE(std::isinf(d.budget_kbps));
+  EXPECT_EQ(d.limited_by, "");
+  EXPECT_EQ(d.reason, "no budget");
+}
+
+TEST(StreamPolicy, DerpSubscriberFitsTheBudgetAndNamesTheHost)
+{
+  PolicyParams params;
+  params.budget_kbps["derp"] = 6000.0;
+  StreamPolicy p(params);
+  p.setSubscribers({sub("laptop", "direct"), sub("base", "derp")});
+  const Decision d = run(p, 60);
+  EXPECT_EQ(d.limited_by, "base");
+  EXPECT_EQ(d.reason, "path derp");
+  EXPECT_DOUBLE_EQ(d.budget_kbps, 6000.0);
+  EXPECT_LT(d.quality, params.max_quality);
+  EXPECT_GE(d.quality, params.min_quality);
+  EXPECT_DOUBLE_EQ(d.rate_hz, params.max_rate_hz);  // quality gives way before rate does
+  EXPECT_LE(p.predictedKbps(), 6000.0);
+  EXPECT_GE(p.predictedKbps(), 6000.0 * params.raise_below * 0.8);  // does not starve either
+}
+
+TEST(StreamPolicy, TinyBudgetLowersRateAtMinQuality)
+{
+  PolicyParams params;
+  params.budget_kbps["derp"] = 1000.0;
+  StreamPolicy p(params);
+  p.setSubscribers({sub("base", "derp")});
+  const Decision d = run(p, 100);
+  EXPECT_EQ(d.quality, params.min_quality);
+  EXPECT_LT(d.rate_hz, params.max_rate_hz);
+  EXPECT_GE(d.rate_hz, params.min_rate_hz);
+  EXPECT_LE(p.predictedKbps(), 1000.0 * 1.01);
+}
+
+TEST(StreamPolicy, BackToDirectRestoresFullStreamAtOnce)
+{
+  StreamPolicy p;
+  p.setSubscribers({sub("base", "derp")});
+  run(p, 60);
+  ASSERT_LT(p.decision().quality, p.params().max_quality);
+  p.setSubscribers({sub("base", "direct")});
+  EXPECT_EQ(p.decision().quality, p.params().max_quality);
+  EXPECT_DOUBLE_EQ(p.decision().rate_hz, p.params().max_rate_hz);
+}
+
+TEST(StreamPolicy, PeerRelayHasItsOwnBudget)
+{
+  PolicyParams params;
+  params.budget_kbps["derp"] = 2000.0;
+  params.budget_kbps["peer-relay"] = 7000.0;
+  StreamPolicy derp(params), relay(params);
+  derp.setSubscribers({sub("a", "derp")});
+  relay.setSubscribers({sub("a", "peer-relay")});
+  EXPECT_LT(run(derp, 80).quality, run(relay, 80).quality);
+  EXPECT_DOUBLE_EQ(relay.decision().budget_kbps, 7000.0);
+}
+
+TEST(StreamPolicy, ObservedCapBelowPathBudgetWins)
+{
+  StreamPolicy p;
+  p.setSubscribers({sub("laptop", "direct", 3000.0)});
+  EXPECT_DOUBLE_EQ(p.decision().budget_kbps, 3000.0);
+  EXPECT_EQ(p.decision().reason, "observed delivery");
+  run(p, 80);
+  EXPECT_LE(p.predictedKbps(), 3000.0);
+}
+
+TEST(StreamPolicy, InputSlowerThanMaxRateIsNotCountedTwice)
+{
+  PolicyParams params;
+  params.budget_kbps["derp"] = 4000.0;
+  StreamPolicy fast(params), slow(params);
+  fast.setSubscribers({sub("a", "derp")});
+  slow.setSubscribers({sub("a", "derp")});
+  slow.setInputRate(10.0);
+  EXPECT_GT(run(slow, 80).quality, run(fast, 80).quality);
+}
+
+TEST(StreamPolicy, NoSubscribers)
+{
+  StreamPolicy p;
+  p.setSubscribers({});
+  EXPECT_EQ(p.decision().reason, "no subscribers");
+  EXPECT_TRUE(std::isinf(p.decision().budget_kbps));
+}
+
+TEST(SubscriberHosts, HostOfUri)
+{
+  EXPECT_EQ(overlay_manager::hostOfUri("http://robot1.fleet.internal:41234/"), "robot1.fleet.internal");
+  EXPECT_EQ(overlay_manager::hostOfUri("http://100.64.0.2:1/"), "100.64.0.2");
+  EXPECT_EQ(overlay_manager::hostOfUri("http://[fd7a:115c::1]:5/"), "fd7a:115c::1");
+  EXPECT_EQ(overlay_manager::hostOfUri(""), "");
+}
+
+TEST(SubscriberHosts, PathOfHost)
+{
+  overlay_manager::PeerList peers;
+  peers.self_peer.name = "robot1";
+  peers.self_peer.dns_name = "robot1.fleet.internal";
+  peers.self_peer.path = "self";
+  overlay_manager::Peer laptop;
+  laptop.name = "laptop";
+  laptop.dns_name = "laptop.fleet.internal";
+  laptop.addresses = {"100.64.0.3", "fd7a:115c:a1e0::3"};
+  laptop.path = "derp";
+  peers.peers.push_back(laptop);
+  using overlay_manager::pathOfHost;
+  EXPECT_EQ(pathOfHost("laptop.fleet.internal", "robot1.fleet.internal", &peers), "derp");
+  EXPECT_EQ(pathOfHost("LAPTOP.fleet.internal.", "x", &peers), "derp");
+  EXPECT_EQ(pathOfHost("100.64.0.3", "x", &peers), "derp");
+  EXPECT_EQ(pathOfHost("laptop", "x", &peers), "derp");
+  EXPECT_EQ(pathOfHost("robot1.fleet.internal", "robot1.fleet.internal", &peers), "local");
+  EXPECT_EQ(pathOfHost("robot1.fleet.internal", "other", &peers), "local");  // ~peers' self
+  EXPECT_EQ(pathOfHost("localhost", "x", nullptr), "local");
+  EXPECT_EQ(pathOfHost("127.0.0.1", "x", nullptr), "local");
+  EXPECT_EQ(pathOfHost("laptop.fleet.internal", "x", nullptr), "unknown");
+  EXPECT_EQ(pathOfHost("laptop.other.domain", "x", &peers), "unknown");
+  EXPECT_EQ(pathOfHost("", "x", &peers), "unknown");
+  EXPECT_EQ(overlay_manager::shortName("100.64.0.3", &peers), "laptop");
+  EXPECT_EQ(overlay_manager::shortName("base.fleet.internal", &peers), "base");
+}
+
+TEST(SubscriberHosts, SocketOfTransportInfo)
+{
+  using overlay_manager::socketOfTransportInfo;
+  EXPECT_EQ(socketOfTransportInfo("TCPROS connection on port 40111 to [100.64.0.3:51234 on socket 17]"), 17);
+  EXPECT_EQ(socketOfTransportInfo("INTRAPROCESS"), -1);
+  EXPECT_EQ(socketOfTransportInfo("... on socket ]"), -1);
+}
+
+int main(int argc, char** argv)
+{
+  testing::InitGoogleTest(&argc, argv);
+  return RUN_ALL_TESTS();
+}

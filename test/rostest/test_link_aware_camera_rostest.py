@@ -1,0 +1,39 @@
+"""Runs the link-aware camera's C++ unit tests and its rostest (real encoder/decoder nodes, real
+roscore) from pytest, so the one test command runs them."""
+import os
+import shutil
+import subprocess
+
+import pytest
+
+
+def _ros_env(tmp_path):
+    env = dict(os.environ, ROS_HOME=str(tmp_path), ROS_LOG_DIR=str(tmp_path / "log"))
+    env["PATH"] = "/usr/bin:/bin:/usr/sbin:/sbin:" + env.get("PATH", "")
+    return env
+
+
+def _devel_binary(name):
+    """The binary `name` of overlay_manager in the sourced devel space(s); None when not built."""
+    for prefix in os.environ.get("CMAKE_PREFIX_PATH", "").split(os.pathsep):
+        path = os.path.join(prefix, "lib", "overlay_manager", name)
+        if prefix and os.access(path, os.X_OK):
+            return path
+    return None
+
+
+@pytest.mark.skipif(not os.environ.get("CMAKE_PREFIX_PATH"), reason="no catkin devel space sourced (scripts/build)")
+def test_stream_policy_gtest():
+    binary = _devel_binary("test_stream_policy")
+    assert binary, "test_stream_policy not built: CMAKE_PREFIX_PATH has no devel space with overlay_manager's C++"
+    proc = subprocess.run([binary], capture_output=True, text=True, timeout=60, check=False)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
+    assert "[  PASSED  ]" in proc.stdout
+
+
+@pytest.mark.skipif(shutil.which("rostest") is None, reason="rostest not installed (scripts/setup)")
+def test_link_aware_camera_rostest(tmp_path):
+    proc = subprocess.run(["rostest", "overlay_manager", "link_aware_camera.test"], capture_output=True, text=True,
+                          env=_ros_env(tmp_path), timeout=240, check=False)
+    tail = "\n".join((proc.stdout + proc.stderr).splitlines()[-80:])
+    assert proc.returncode == 0 and "RESULT: SUCCESS" in proc.stdout, f"rostest link_aware_camera failed:\n{tail}"
