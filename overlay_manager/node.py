@@ -27,6 +27,7 @@ tailscaled, the ROS master or the log.
 | overlay-netcheck | ``refresh_nat`` every netcheck_interval s | `tailscale netcheck` child (bounded, dies with the node) |
 | overlay-preflight | ``preflight`` every preflight_interval s | DNS lookups, TCP connect to the master (2 s) |
 | overlay-iperf | keeps the iperf3 server running (every 2 s) | spawning iperf3 |
+| overlay-relay | ``refresh_relay`` every RELAY_INTERVAL_S: relay server on/off as the config's ``relay`` key says, its sessions | LocalAPI prefs and debug-peer-relay-sessions (bounded) |
 | overlay-topics | topic-link map every topic_links_interval s, publishes ~topic_links (its pool: overlay-graph_N) | XML-RPC to the master and nodes (each call bounded: node_topics.XMLRPC_TIMEOUT_S) |
 | overlay-enrol | ``ensure_enrolled`` until it succeeds | LocalAPI, `tailscale up` child (bounded) |
 | overlay-log | writes queued log lines with rospy | rospy logging (it may wait for the master) |
@@ -85,10 +86,13 @@ from .links import iperf_server_argv
 from .node_topics import XMLRPC_TIMEOUT_S, TopicLinkReporter, parse_host_aliases
 from .monitor import ERROR, OK, STATUS_TIMEOUT_S, Freshness, OverlayMonitor, Reading
 from .peers import TIME_MAX, PathChangeEvent, PeerState, clamp_uint64, topology_key
+from .relay import relay_summary
 from .tailscale import EnrolError, LocalAPI, TailscaleError
 from .workers import ERROR as LOG_ERROR
 from .workers import INFO, WARN, LogQueue, Worker, WorkerHealth, describe
 
+RELAY_INTERVAL_S = 10.0
+"""Seconds between checks of this machine's peer relay server (prefs as configured, sessions)."""
 REPORT_TICK_S = 0.1
 """Seconds between checks of the reporting thread: how soon a change (a failed read, a hang, a
 path change) is published at the latest."""
@@ -114,6 +118,7 @@ def peer_msg(p: Optional[PeerState]) -> Peer:
     m.last_handshake, m.last_seen = _time(p.last_handshake), _time(p.last_seen)
     m.rx_bytes, m.tx_bytes = clamp_uint64(p.rx_bytes), clamp_uint64(p.tx_bytes)
     m.tags, m.os = list(p.tags), p.os
+    m.peer_relay, m.relay_host = p.peer_relay, p.relay_host
     return m
 
 
@@ -191,6 +196,9 @@ class OverlayNode:
                                    every(n.preflight_interval), 30.0, log, start=False))
         if n.iperf_server:
             self.workers.append(Worker("overlay-iperf", self._ensure_iperf, 2.0, 15.0, log, start=False))
+        self._relay_note = ""                              # overlay-relay only
+        self.workers.append(Worker("overlay-relay", self._relay_cycle, RELAY_INTERVAL_S, 30.0, log,
+                                   start=False))
         self.topics = TopicLinkReporter(monitor, host_aliases)
         if n.topic_links_interval > 0:
             monitor.set_topic_peers(frozenset())  # ping only what matters, from the first map on
@@ -233,6 +241,14 @@ class OverlayNode:
 
     def _ping_cycle(self) -> None:
         self.m.ping_watched(timeout_s=min(3.0, self.cfg.node.ping_interval))
+
+    def _relay_cycle(self) -> None:
+        """overlay-relay: relay server as configured (on/off), then its port and sessions."""
+        note = self.m.refresh_relay()
+        if note and note != self._relay_note:
+            self.log(WARN if "cannot" in note else INFO, f"overlay_manager: {note}")
+        self._relay_note = note
+        self.reporter.wake()
 
     def _netcheck_cycle(self) -> None:
         self.m.refresh_nat()
@@ -324,6 +340,11 @@ class OverlayNode:
         st.nat = NatSummary(known=nat.known, udp=nat.udp, hard_nat=nat.hard_nat,
                             hard_nat_known=nat.hard_nat_known, preferred_derp=nat.preferred_derp,
                             preferred_derp_latency_ms=nat.preferred_derp_latency_ms, summary=nat.summary)
+        relay = self.m.relay_state
+        st.relay_active = relay.active
+        st.relay_port = relay.port or 0
+        st.relay_sessions = len(relay.sessions)
+        st.relay_summary = relay_summary(self.cfg.relay, relay)[0]
         return st
 
     def diagnostics_msg(self, now: rospy.Time, health: List[WorkerHealth]) -> DiagnosticArray:
@@ -403,7 +424,8 @@ class OverlayNode:
                                 endpoint=o.endpoint, message=o.message)
 
     def srv_wait_for_peer(self, req: Any) -> WaitForPeerResponse:
-        r = self.m.wait_for_peer(req.name, req.timeout, req.require_direct, rospy.is_shutdown)
+        r = self.m.wait_for_peer(req.name, req.timeout, req.require_direct, rospy.is_shutdown,
+                                 accept_peer_relay=req.accept_peer_relay)
         return WaitForPeerResponse(ok=r.ok, peer=peer_msg(r.peer), waited=r.waited_s, message=r.message)
 
     def srv_measure_link(self, req: Any) -> MeasureLinkResponse:

@@ -205,3 +205,75 @@ def test_peer_relay_fields_from_status() -> None:
     blinded = P.blind(snap, daemon_gone=True).find("robot4")
     assert blinded.peer_relay == "" and blinded.relay_host == ""
     assert P.relay_host_name("10.231.15.10:40000", [{"Addrs": None}, "junk"]) == ""
+
+
+def _robot_cfg(relay: Any) -> Any:
+    from overlay_manager.config import parse_robot_config
+
+    raw = {"hostname": "relay1", "login_server": "https://10.231.0.2:8443", "base_domain": "fleet.internal",
+           "master": "robot1"}
+    if relay is not None:
+        raw["relay"] = relay
+    return parse_robot_config(raw, "/etc/overlay_manager/robot.yaml")
+
+
+def test_monitor_turns_relay_on_reports_it_and_off_when_key_removed() -> None:
+    from overlay_manager.monitor import OK, WARN, OverlayMonitor
+
+    ts = PrefsTailscaled(sessions=SESSIONS)
+    api = LocalAPI(transport=ts)
+    m = OverlayMonitor(_robot_cfg({"port": 40000}), api)
+    assert m.relay_diagnostic().level == WARN and "not read yet" in m.relay_diagnostic().message
+    note = m.refresh_relay()
+    assert "on UDP 40000 (was off)" in note and ts.prefs["RelayServerPort"] == 40000
+    d = m.relay_diagnostic()
+    assert d.level == OK and d.message == "relays on UDP 40000: 2 session(s), 1 carrying traffic"
+    values = dict(d.values)
+    assert values["port"] == "40000" and values["sessions"] == "2"
+    assert values["session vni 1"] == "192.168.0.12:41641 <-> 192.168.0.13:1234, bytes 12000 / 9000"
+    assert m.refresh_relay() == ""  # idempotent: nothing to say, no second PATCH
+    assert ts.calls.count(("PATCH", "/localapi/v0/prefs")) == 1
+
+    m2 = OverlayMonitor(_robot_cfg(None), api)  # the key was removed from the config
+    assert "off (was on UDP 40000)" in m2.refresh_relay()
+    assert "RelayServerPort" not in ts.prefs and m2.relay_diagnostic() is None
+
+
+def test_monitor_relay_failure_is_reported_not_raised() -> None:
+    from overlay_manager.monitor import WARN, OverlayMonitor
+
+    m = OverlayMonitor(_robot_cfg({}), LocalAPI(transport=PrefsTailscaled(supports_relay=False)))
+    note = m.refresh_relay()
+    assert note.startswith("cannot set the peer relay server") and "relay server feature" in note
+    assert m.relay_diagnostic().level == WARN
+
+
+def test_wait_for_peer_accepts_peer_relay_only_when_asked() -> None:
+    from overlay_manager.monitor import OverlayMonitor
+
+    status = {"BackendState": "Running", "Self": {"DNSName": "robot3.fleet.internal.", "Online": True},
+              "Peer": {"k": {"DNSName": "robot4.fleet.internal.", "HostName": "robot4", "Online": True,
+                             "Active": True, "PeerRelay": "10.231.15.10:40000:vni:1",
+                             "TailscaleIPs": ["100.64.0.4"], "ID": "n4"}}}
+    pong = {"IP": "100.64.0.4", "NodeName": "robot4", "LatencySeconds": 0.001,
+            "PeerRelay": "10.231.15.10:40000:vni:1"}
+
+    def transport(method: str, path: str, body: Optional[bytes], timeout: float) -> Tuple[int, bytes]:
+        if path.startswith("/localapi/v0/status"):
+            return 200, json.dumps(status).encode()
+        if path.startswith("/localapi/v0/ping"):
+            return 200, json.dumps(pong).encode()
+        return 404, b"{}"
+
+    clock = [0.0]
+
+    def tick() -> float:
+        clock[0] += 0.5
+        return clock[0]
+
+    m = OverlayMonitor(_robot_cfg(None), LocalAPI(transport=transport), clock=tick)
+    m.poll()
+    ok = m.wait_for_peer("robot4", 3.0, True, accept_peer_relay=True)
+    assert ok.ok and ok.peer.relay_host == "" and ok.peer.peer_relay == "10.231.15.10:40000"
+    strict = m.wait_for_peer("robot4", 2.0, True)
+    assert not strict.ok and "path is peer-relay, not direct" in strict.message
