@@ -9,7 +9,7 @@ The fake can also misbehave, like a broken or hung tailscaled, through ``FakeTai
 | ``garbage`` | replies bytes that are not HTTP, then closes |
 | ``truncated`` | HTTP 200 with a Content-Length larger than the body it sends, then closes |
 | ``huge`` | status whose peer counters are ``1e400`` (JSON overflow to inf) and 2^70 (> uint64) |
-| ``hang`` | accepts and reads the request, never answers (until the mode changes or close) |
+| ``hang`` | accepts and reads the request, never answers it (even after the mode changes) |
 | ``close`` | closes the connection without a byte |
 | ``http500`` | HTTP 500 with tailscaled's JSON error body |
 
@@ -22,7 +22,6 @@ import os
 import socketserver
 import tempfile
 import threading
-import time
 from http.server import BaseHTTPRequestHandler
 from urllib.parse import parse_qs, urlparse
 
@@ -114,9 +113,8 @@ class FakeTailscaled:
                     self.wfile.write(body[: len(body) // 2])
                 elif mode == "huge":
                     self._send(200, huge_status(fake.status))
-                elif mode == "hang":
-                    while fake.mode == "hang" and not fake._closing.is_set():
-                        time.sleep(0.02)
+                elif mode == "hang":  # like a wedged daemon: this request never gets an answer
+                    fake._closing.wait()
                 elif mode == "http500":
                     self._send(500, {"error": "internal error: backend is wedged"})
                 # "close": nothing at all
