@@ -1,7 +1,8 @@
 """Benchmark of the overlay node (not a test): path-change latency in the lab, CPU and memory.
 
     source "$(bash scripts/build)/devel/setup.bash"
-    sudo -E scripts/bench_node [--trials 3] [--cpu-seconds 60] [--peers 10,50] [--skip-path|--skip-cpu]
+    sudo -E scripts/bench_node [--trials 3] [--cpu-seconds 60] [--peers 10,100,500,1000]
+                               [--topic-peers 5] [--skip-path|--skip-cpu]
 
 1. Path-change latency (config/lab/two_buildings.yaml, a fresh lab run). robot.launch on robot1
    (master) and laptop, direct path proved with ~ping_peer, ICMP pings over the overlay from the
@@ -16,6 +17,10 @@
    answering disco pings; own roscore. Both run in a private network namespace that has only
    loopback (plus the node's "overlay" address 100.64.0.1 on lo, so that preflight passes as on a
    real machine): nothing leaves this machine. Default node settings, iperf_server false.
+   ``--topic-peers`` of the peers (default 5) carry a ROS topic to this machine, as in a fleet
+   where a few robots stream to an operator: their overlay IPs are added to lo, one publisher
+   per peer advertises itself on its peer's overlay IP and one subscriber on the node's machine
+   listens, so the node's topic-link map finds those peers (and pings only them and the master).
    /proc/<pid>/stat and /proc/<pid>/status are sampled every second.
 
 Writes artifacts/bench_node.json and prints a markdown table. Everything it starts is stopped by
@@ -127,6 +132,53 @@ def watch_changes(topic: str) -> int:
     _emit({"ready": True, "t": time.time()})
     while True:
         time.sleep(1.0)
+
+
+def topic_talk(topic: str, hz: float) -> int:
+    """Publish std_msgs/String (200 bytes) on topic at hz until killed (a robot's stream)."""
+    import rospy
+    from std_msgs.msg import String
+
+    rospy.init_node("bench_talker", anonymous=True, disable_signals=True)
+    pub = rospy.Publisher(topic, String, queue_size=10)
+    while True:
+        pub.publish(String(data="x" * 200))
+        time.sleep(1.0 / hz)
+
+
+def topic_listen(topics: Sequence[str]) -> int:
+    """Subscribe to every topic until killed (the operator's machine)."""
+    import rospy
+    from std_msgs.msg import String
+
+    rospy.init_node("bench_listener", anonymous=True, disable_signals=True)
+    subs = [rospy.Subscriber(t, String, lambda _m: None, queue_size=1) for t in topics]
+    while subs:
+        time.sleep(1.0)
+    return 0
+
+
+def wait_links(node: str, n: int, timeout: float) -> int:
+    """Print {"ok", "links"} once node's ~get_topic_links lists n cross-machine links (or on timeout)."""
+    import rospy
+
+    from overlay_manager.srv import GetTopicLinks
+
+    rospy.init_node("bench_wait_links", anonymous=True, disable_signals=True)
+    deadline = time.monotonic() + timeout
+    links: List[Any] = []
+    while time.monotonic() < deadline:
+        try:
+            rospy.wait_for_service(f"{node}/get_topic_links", timeout=max(0.1, deadline - time.monotonic()))
+            links = list(rospy.ServiceProxy(f"{node}/get_topic_links", GetTopicLinks)().links)
+        except (rospy.ROSException, rospy.ServiceException, OSError):
+            links = []
+        if len(links) >= n:
+            break
+        time.sleep(0.5)
+    _emit({"ok": len(links) >= n, "links": [[x.topic, x.publisher_host, x.subscriber_host, x.path]
+                                             for x in links]})
+    return 0 if len(links) >= n else 1
 
 
 # ================================================================================================
@@ -374,8 +426,9 @@ def _stop_group(proc: subprocess.Popen, what: str, grace: float = 10.0) -> None:
             say(f"{what} (pid {proc.pid}) still running after {sig.name}")
 
 
-def cpu_bench(n_peers: int, seconds: float, warmup: float) -> Dict[str, Any]:
-    """Run the node against a fake tailscaled with n_peers peers; sample its CPU and RSS."""
+def cpu_bench(n_peers: int, seconds: float, warmup: float, topic_peers: int = 5) -> Dict[str, Any]:
+    """Run the node against a fake tailscaled with n_peers peers, topic_peers of which stream a
+    topic to this machine; sample the node's CPU and RSS."""
     sys.path.insert(0, str(REPO / "test" / "unit"))
     from tsfake import FakeTailscaled  # type: ignore[import-not-found]
 
@@ -390,7 +443,7 @@ def cpu_bench(n_peers: int, seconds: float, warmup: float) -> Dict[str, Any]:
                            "settings": {"poll_rate": 4.0, "publish_rate": 1.0, "ping_interval": 5.0,
                                         "preflight_interval": 30.0, "netcheck_interval": 60.0,
                                         "iperf_server": False, "manage_hosts": False},
-                           "status_json_bytes": len(json.dumps(status))}
+                           "status_json_bytes": len(json.dumps(status)), "topic_peers": topic_peers}
     created = False
     try:
         subprocess.run(["ip", "netns", "add", ns], check=True)
@@ -423,6 +476,20 @@ def cpu_bench(n_peers: int, seconds: float, warmup: float) -> Dict[str, Any]:
                 raise TimeoutError(f"timed out waiting for roscore on port {port} in {ns}: "
                                    f"{_tail(tmp / 'roscore.log', 10)}")
             time.sleep(0.3)
+        topic_peers = min(topic_peers, n_peers)
+        talker_ips = [p["TailscaleIPs"][0] for p in list(status["Peer"].values())[:topic_peers]]
+        topics = [f"/bench/stream{i}" for i in range(len(talker_ips))]
+        for i, ip in enumerate(talker_ips):  # each streaming robot advertises its own overlay IP
+            subprocess.run(ns_argv(ns, ["ip", "addr", "add", f"{ip}/32", "dev", "lo"]), check=True)
+            procs.append(subprocess.Popen(
+                ns_argv(ns, [PY, "-m", "overlay_manager.lab.bench_node", "_talk", topics[i], "10"]),
+                env=dict(env, ROS_HOSTNAME=ip, ROS_IP=ip), start_new_session=True, stdin=subprocess.DEVNULL,
+                stdout=open(tmp / f"talker{i}.log", "ab"), stderr=subprocess.STDOUT))
+        if topics:
+            procs.append(subprocess.Popen(
+                ns_argv(ns, [PY, "-m", "overlay_manager.lab.bench_node", "_listen", *topics]), env=env,
+                start_new_session=True, stdin=subprocess.DEVNULL, stdout=open(tmp / "listener.log", "ab"),
+                stderr=subprocess.STDOUT))
         argv = ["rosrun", "overlay_manager", "overlay_manager_node", f"_config:={cfg}", "_iperf_server:=false"]
         say(f"[{n_peers} peers] {' '.join(argv)}")
         node = subprocess.Popen(ns_argv(ns, argv), env=env, start_new_session=True, stdin=subprocess.DEVNULL,
@@ -438,6 +505,15 @@ def cpu_bench(n_peers: int, seconds: float, warmup: float) -> Dict[str, Any]:
             raise RuntimeError(f"node did not publish {n_peers} peers: {last[:500]} {probe.stderr[-800:]}; "
                                f"node log: {_tail(tmp / 'node.log', 15)}")
         paths = {p["path"] for p in got["msg"]["peers"]}
+        if topics:
+            say(f"[{n_peers} peers] waiting up to 60 s for {len(topics)} topic links on /overlay_manager")
+            wl = subprocess.run(ns_argv(ns, [PY, "-m", "overlay_manager.lab.bench_node", "_wait-links",
+                                             "/overlay_manager", str(len(topics)), "60"]),
+                                env=env, capture_output=True, text=True, timeout=120)
+            last = (wl.stdout.strip().splitlines() or ["{}"])[-1]
+            res["topic_links"] = json.loads(last).get("links") if last.startswith("{") else last
+            if wl.returncode != 0:
+                raise RuntimeError(f"node did not map {len(topics)} topic links: {last[:500]} {wl.stderr[-500:]}")
         with open(f"/proc/{node.pid}/cmdline", "rb") as f:
             cmd = f.read().replace(b"\0", b" ").decode()
         if "overlay_manager_node" not in cmd:
@@ -523,8 +599,9 @@ def table(result: Dict[str, Any]) -> str:
             lines.append(f"| path change error | | {e[:200]} |")
     for c in result.get("cpu", []):
         if "cpu_mean_pct" in c:
-            lines.append(f"| node CPU / RSS | {c['peers']} peers, fake tailscaled, {c['wall_s']:.0f} s, "
-                         f"defaults (poll 4 Hz, publish 1 Hz, ping 5 s) | CPU mean {c['cpu_mean_pct']:.1f} % "
+            lines.append(f"| node CPU / RSS | {c['peers']} peers ({c.get('topic_peers', 0)} streaming to this "
+                         f"machine), fake tailscaled, {c['wall_s']:.0f} s, defaults (poll 4 Hz, publish 1 Hz, "
+                         f"ping 5 s) | CPU mean {c['cpu_mean_pct']:.1f} % "
                          f"of one core (1-s max {c['cpu_max_1s_pct']:.0f} %), RSS max {c['rss_max_mib']:.1f} MiB |")
         else:
             lines.append(f"| node CPU / RSS | {c['peers']} peers | error: {c.get('error', '?')[:200]} |")
@@ -543,6 +620,12 @@ def main(argv: Optional[List[str]] = None) -> int:
         return watch_status(a.socket, a.peer, a.hz)
     if argv and argv[0] == "_watch-changes":
         return watch_changes(argv[1])
+    if argv and argv[0] == "_talk":
+        return topic_talk(argv[1], float(argv[2]))
+    if argv and argv[0] == "_listen":
+        return topic_listen(argv[1:])
+    if argv and argv[0] == "_wait-links":
+        return wait_links(argv[1], int(argv[2]), float(argv[3]))
 
     ap = argparse.ArgumentParser(prog="bench_node", description=__doc__.split("\n\n")[0])
     ap.add_argument("--trials", type=int, default=3, help="block/unblock cycles (default 3)")
@@ -550,7 +633,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     ap.add_argument("--settle", type=float, default=3.0, help="seconds on a stable path before each action")
     ap.add_argument("--cpu-seconds", type=float, default=60.0, help="sampling window per peer count")
     ap.add_argument("--warmup", type=float, default=5.0, help="seconds after the node is up before sampling")
-    ap.add_argument("--peers", default="10,50", help="peer counts for the CPU benchmark (comma list)")
+    ap.add_argument("--peers", default="10,100,500,1000", help="peer counts for the CPU benchmark (comma list)")
+    ap.add_argument("--topic-peers", type=int, default=5,
+                    help="how many of the peers stream a topic to the node's machine (default 5)")
     ap.add_argument("--skip-path", action="store_true")
     ap.add_argument("--skip-cpu", action="store_true")
     ap.add_argument("--out", default=str(OUT))
@@ -591,7 +676,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         result["cpu"] = []
         for n in [int(x) for x in a.peers.split(",") if x.strip()]:
             try:
-                result["cpu"].append(cpu_bench(n, a.cpu_seconds, a.warmup))
+                result["cpu"].append(cpu_bench(n, a.cpu_seconds, a.warmup, a.topic_peers))
             except Exception as exc:  # noqa: BLE001 - report it and go on with the next size
                 say(f"[{n} peers] failed: {exc}")
                 result["cpu"].append({"peers": n, "error": str(exc)})
