@@ -10,7 +10,16 @@ reasoning spelled out below. Writes ``artifacts/nat_matrix.md`` and ``artifacts/
 Not part of CI: about 2.5 minutes on 2 cores (22 tailscaled, 66 pings; a DERP ping takes the CLI's
 full 10 x 1 s). Run as root::
 
-    scripts/lab nat-matrix [--out artifacts] [--count 10] [--parallel 6] [--keep]
+    scripts/lab nat-matrix [--out artifacts] [--count 10] [--parallel 6] [--keep] [--relay]
+
+``--relay`` adds what a campus can do about its derp cells: a peer relay host in a ``public``
+building (a campus server network) and the building mode ``udp-servers`` (UDP only to STUN and
+the relay's port). Every cell is measured twice in one run: first with the relay host enrolled
+but its relay server off (the plain matrix), then, after its relay server is turned on from its
+bundle (as the node does), every cell that was not direct again. Writes
+``artifacts/nat_matrix_relay.md`` / ``.json`` with both tables; the expectation with the relay is
+:func:`expected_with_relay` (direct stays direct; otherwise peer-relay when both sides can send
+UDP to the relay's port, else derp).
 
 How the expectation is derived (A and B two hosts behind NATs; each knows the other's endpoint
 as the STUN server saw it, ``E_B = IP_B:p_B``; both send disco pings to those endpoints at the
@@ -48,11 +57,17 @@ from typing import Any, Sequence
 
 from .core import REPO_ROOT, Lab, PingResult
 from .errors import LabError
+from .relays import enable_relays
 from .spec import FILTERINGS, MAPPINGS, NatKind, parse_nat_kind
 
 KINDS: tuple[str, ...] = tuple(f"{m}-{f}" for m in MAPPINGS for f in FILTERINGS) + ("udp-blocked", "tcp-only")
 """Every NAT kind of the matrix, in table order."""
+RELAY_KINDS: tuple[str, ...] = KINDS + ("udp-servers",)
+"""The kinds of ``--relay``: plus the campus mode that lets UDP out only to STUN and the relay."""
 TEAM = "matrix"
+RELAY_BUILDING = "campus"
+"""``public`` building (campus server network) of the relay host in ``--relay`` runs."""
+RELAY_HOST = "relay"
 
 NOTES: dict[tuple[str, str], str] = {}
 """Explanations of measured disagreements, keyed by (row kind, column kind); filled from runs."""
@@ -68,11 +83,19 @@ def host(kind: str, copy: int) -> str:
     return f"h-{building(kind, copy)}"
 
 
-def matrix_spec() -> dict[str, Any]:
-    """The lab spec: two buildings per NAT kind, one robot each, all in one team."""
+def matrix_spec(relay: bool = False) -> dict[str, Any]:
+    """The lab spec: two buildings per NAT kind, one robot each, all in one team; with ``relay``
+    also the ``udp-servers`` kind and a relay host (base station) in a ``public`` building."""
+    kinds = RELAY_KINDS if relay else KINDS
     buildings = {building(k, c): {"nat": k, "hosts": {host(k, c): {"team": TEAM, "role": "robot"}}}
-                 for k in KINDS for c in (0, 1)}
-    return {"name": "nat_matrix", "buildings": buildings, "teams": {TEAM: {"master": host(KINDS[0], 0)}}}
+                 for k in kinds for c in (0, 1)}
+    spec: dict[str, Any] = {"name": "nat_matrix_relay" if relay else "nat_matrix", "buildings": buildings,
+                            "teams": {TEAM: {"master": host(kinds[0], 0)}}}
+    if relay:
+        buildings[RELAY_BUILDING] = {"nat": "public",
+                                     "hosts": {RELAY_HOST: {"team": TEAM, "role": "base_station"}}}
+        spec["relays"] = {RELAY_HOST: {}}
+    return spec
 
 
 def _gets_through(src: NatKind, dst: NatKind) -> bool:
@@ -95,6 +118,22 @@ def expected(a: str, b: str) -> tuple[str, str]:
         who = "both ways" if ab and ba else f"{a}->{b}" if ab else f"{b}->{a}"
         return "direct", f"first packet gets in: {who}"
     return "derp", "neither side's first packet passes the other NAT's filter"
+
+
+def expected_with_relay(a: str, b: str) -> tuple[str, str]:
+    """Expected path with a peer relay on the campus server network that both may use.
+
+    Tailscale prefers a direct path; otherwise both ends send UDP to the relay's address and port
+    (a server with a public address: any NAT lets the replies back in), so peer-relay unless one
+    side cannot send UDP to the relay at all (``udp-blocked``: only STUN; ``tcp-only``).
+    """
+    path, why = expected(a, b)
+    if path == "direct":
+        return path, why
+    for k, name in ((parse_nat_kind(a), a), (parse_nat_kind(b), b)):
+        if k.udp in ("stun-only", "none"):
+            return "derp", f"{name}: no UDP to the relay"
+    return "peer-relay", "no direct path; both send UDP to the relay's port"
 
 
 def rule_of_thumb(a: str, b: str) -> str:
@@ -126,14 +165,14 @@ def why_not_rule_of_thumb(a: str, b: str, observed: str) -> str:
             "from the port STUN saw, and address-dependent filtering does not check the peer's port")
 
 
-def cells() -> list[tuple[str, str, str, str]]:
+def cells(kinds: Sequence[str] = KINDS) -> list[tuple[str, str, str, str]]:
     """(row kind, column kind, host A, host B) for the upper triangle incl. the diagonal.
 
     Off-diagonal cells alternate between the two copies of each kind so that more pings can
     run at once (the copies are identical)."""
     out = []
-    for i, a in enumerate(KINDS):
-        for j, b in enumerate(KINDS):
+    for i, a in enumerate(kinds):
+        for j, b in enumerate(kinds):
             if j < i:
                 continue
             if i == j:
@@ -145,8 +184,10 @@ def cells() -> list[tuple[str, str, str, str]]:
 
 
 def run_cells(lab: Lab, todo: Sequence[tuple[str, str, str, str]], count: int, parallel: int,
-              log: Any = print) -> list[dict[str, Any]]:
-    """Ping every cell, never two pings on one host at once; returns one record per cell."""
+              log: Any = print, model: Any = expected) -> list[dict[str, Any]]:
+    """Ping every cell, never two pings on one host at once; returns one record per cell.
+
+    ``model``: (kind a, kind b) -> (expected path, reason)."""
     lock = threading.Condition()
     busy: set[str] = set()
     results: list[dict[str, Any]] = []
@@ -158,7 +199,7 @@ def run_cells(lab: Lab, todo: Sequence[tuple[str, str, str, str]], count: int, p
                 lock.wait(1.0)
             busy.update((ha, hb))
         try:
-            exp, why = expected(a, b)
+            exp, why = model(a, b)
             t0 = time.monotonic()
             attempts = []
             r: PingResult = lab.ping(ha, hb, count=count, timeout=count * 4 + 20)
@@ -187,7 +228,8 @@ def run_cells(lab: Lab, todo: Sequence[tuple[str, str, str, str]], count: int, p
     return sorted(results, key=lambda r: order[(r["a"], r["b"])])
 
 
-def render_markdown(results: Sequence[dict[str, Any]], meta: dict[str, Any]) -> str:
+def render_markdown(results: Sequence[dict[str, Any]], meta: dict[str, Any],
+                    kinds: Sequence[str] = KINDS) -> str:
     """The matrix (observed / expected per cell) and the list of cells with notes."""
     by = {(r["a"], r["b"]): r for r in results}
 
@@ -205,12 +247,12 @@ def render_markdown(results: Sequence[dict[str, Any]], meta: dict[str, Any]) -> 
         f"Cells: observed path, expected in brackets when different. {meta['agree']}/{meta['cells']} agree "
         f"with the model; {meta.get('rule_agree', '?')}/{meta['cells']} with the rule of thumb.",
         "",
-        "| | " + " | ".join(KINDS) + " |",
-        "|---|" + "---|" * len(KINDS),
+        "| | " + " | ".join(kinds) + " |",
+        "|---|" + "---|" * len(kinds),
     ]
-    for i, a in enumerate(KINDS):
+    for i, a in enumerate(kinds):
         row = [f"**{a}**"]
-        for j, b in enumerate(KINDS):
+        for j, b in enumerate(kinds):
             row.append(mark(by[(a, b)]) if j >= i and (a, b) in by else "")
         lines.append("| " + " | ".join(row) + " |")
     lines += ["", "## Every cell", "",
@@ -274,12 +316,109 @@ def run(out_dir: Path, count: int = 10, parallel: int = 6, run_id: str | None = 
     return data
 
 
+def render_relay_markdown(plain: Sequence[dict[str, Any]], relayed: Sequence[dict[str, Any]],
+                          meta: dict[str, Any]) -> str:
+    """Both tables of a ``--relay`` run: without the relay server, then with it (cells that were
+    direct without the relay are not measured again and shown as such)."""
+    by_plain = {(r["a"], r["b"]): r for r in plain}
+    by_relay = {(r["a"], r["b"]): r for r in relayed}
+    kinds = list(RELAY_KINDS)
+
+    def mark(r: dict[str, Any]) -> str:
+        obs, exp = r["observed"], r["expected"]
+        return f"**{obs}**" if obs == exp else f"**{obs}** (exp. {exp}) ⚠"
+
+    lines = [
+        "# NAT matrix with a peer relay on the campus server network",
+        "",
+        f"Measured {meta['date']} with tailscale {meta['tailscale']}, headscale {meta['headscale']} in one lab "
+        f"run: a relay host in a `public` building (campus server network, no NAT) granted to every host. "
+        f"Table 1: its relay server off. Table 2: on (turned on from its bundle's `relay` key through the "
+        f"LocalAPI, as the node does), every cell that was not direct measured again "
+        f"({meta['relay_wait_s']:.0f} s after turning it on). One `tailscale ping --c={meta['count']}` per "
+        f"cell, a second when the first missed the expectation. Run time {meta['seconds']:.0f} s. "
+        f"Without relay {meta['agree']}/{meta['cells']} agree with the model, with relay "
+        f"{meta['relay_agree']}/{meta['cells']}; {meta['derp_before']} derp cells before, "
+        f"{meta['derp_after']} after ({meta['peer_relay_after']} peer-relay).",
+        "",
+        "`udp-servers` = eim-adpf that lets UDP out only to STUN and the relay's port (a common campus "
+        "policy); `udp-blocked` lets only STUN out, `tcp-only` no UDP at all.",
+        "",
+    ]
+    for title, by in (("Without the relay", by_plain), ("With the relay", by_relay)):
+        lines += [f"## {title}", "", "| | " + " | ".join(kinds) + " |", "|---|" + "---|" * len(kinds)]
+        for i, a in enumerate(kinds):
+            row = [f"**{a}**"]
+            for j, b in enumerate(kinds):
+                r = by.get((a, b)) if j >= i else None
+                if r is None and j >= i and by is by_relay and (a, b) in by_plain:
+                    r = by_plain[(a, b)]  # direct without the relay: not measured again
+                row.append(mark(r) if r else "")
+            lines.append("| " + " | ".join(row) + " |")
+        lines.append("")
+    lines += ["## Cells measured with the relay", "",
+              "| A | B | without relay | expected with relay | observed | via | why |", "|---|---|---|---|---|---|---|"]
+    for r in relayed:
+        before = by_plain.get((r["a"], r["b"]), {}).get("observed", "?")
+        lines.append(f"| {r['a']} | {r['b']} | {before} | {r['expected']} | {r['observed']} | {r['via']} | "
+                     f"{r['reason']} |")
+    lines.append("")
+    return "\n".join(lines)
+
+
+def run_relay(out_dir: Path, count: int = 10, parallel: int = 6, run_id: str | None = None,
+              keep: bool = False, relay_wait_s: float = 15.0) -> dict[str, Any]:
+    """``--relay``: the matrix without, then with the campus peer relay, in one lab run."""
+    t0 = time.monotonic()
+    lab = Lab(matrix_spec(relay=True), run_id=run_id)
+    try:
+        lab.up()
+        lab.tailscale_up_all(timeout=120)
+        setup_s = time.monotonic() - t0
+        todo = cells(RELAY_KINDS)
+        plain = run_cells(lab, todo, count, parallel)
+        enable_relays(lab.spec, lab.robot_yaml, lab.localapi, print)
+        # the relay's capability reaches the peers through the control server's map updates
+        time.sleep(relay_wait_s)
+        again = [c for c in todo if next(r for r in plain if (r["a"], r["b"]) == c[:2])["observed"] != "direct"]
+        relayed = run_cells(lab, again, count, parallel, model=expected_with_relay)
+        for r in plain + relayed:
+            if r["observed"] != r["expected"]:
+                r["note"] = NOTES.get((r["a"], r["b"]), "not explained yet: see the ping output in the JSON")
+        by_relay = {(r["a"], r["b"]): r for r in relayed}
+        final = [by_relay.get((r["a"], r["b"]), r) for r in plain]
+        meta = {"date": time.strftime("%Y-%m-%d %H:%M"), "tailscale": _version(lab, "tailscale"),
+                "headscale": _version(lab, "headscale"), "count": count, "parallel": parallel,
+                "setup_seconds": setup_s, "seconds": time.monotonic() - t0, "cells": len(plain),
+                "agree": sum(r["observed"] == r["expected"] for r in plain),
+                "relay_agree": sum(r["observed"] == expected_with_relay(r["a"], r["b"])[0] for r in final),
+                "derp_before": sum(r["observed"] == "derp" for r in plain),
+                "derp_after": sum(r["observed"] == "derp" for r in final),
+                "peer_relay_after": sum(r["observed"] == "peer-relay" for r in final),
+                "relay_wait_s": relay_wait_s, "run_id": lab.run_id}
+    finally:
+        if keep:
+            print(f"[nat-matrix] keeping run {lab.run_id}: scripts/lab --run-id {lab.run_id} down")
+        else:
+            lab.down()
+    out_dir.mkdir(parents=True, exist_ok=True)
+    data = {"meta": meta, "kinds": list(RELAY_KINDS), "cells": plain, "relay_cells": relayed}
+    (out_dir / "nat_matrix_relay.json").write_text(json.dumps(data, indent=2) + "\n")
+    (out_dir / "nat_matrix_relay.md").write_text(render_relay_markdown(plain, relayed, meta))
+    print(f"[nat-matrix] wrote {out_dir / 'nat_matrix_relay.md'} and nat_matrix_relay.json "
+          f"(derp cells {meta['derp_before']} -> {meta['derp_after']}, {meta['seconds']:.0f} s)")
+    return data
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """Options of ``lab nat-matrix``."""
     p.add_argument("--out", default=str(REPO_ROOT / "artifacts"), help="output directory (default artifacts/)")
     p.add_argument("--count", type=int, default=10, help="tailscale pings per cell (1 s apart)")
     p.add_argument("--parallel", type=int, default=6, help="pings at once (on disjoint host pairs)")
     p.add_argument("--keep", action="store_true", help="leave the lab running afterwards")
+    p.add_argument("--relay", action="store_true",
+                   help="add a peer relay on a campus server network and the udp-servers kind; measure "
+                        "every cell without, then the non-direct ones with the relay (nat_matrix_relay.md)")
     p.add_argument("--from-json", metavar="JSON", help="no measurement: re-render the table from a nat_matrix.json")
 
 
@@ -309,6 +448,11 @@ def main_from_args(args: argparse.Namespace) -> int:
         return 0
     if os.geteuid() != 0:
         raise LabError("lab nat-matrix needs root (network namespaces)")
+    if getattr(args, "relay", False):
+        data = run_relay(Path(args.out), count=args.count, parallel=args.parallel, run_id=args.run_id,
+                         keep=args.keep)
+        print(render_relay_markdown(data["cells"], data["relay_cells"], data["meta"]))
+        return 0
     data = run(Path(args.out), count=args.count, parallel=args.parallel, run_id=args.run_id, keep=args.keep)
     print(render_markdown(data["cells"], data["meta"]))
     return 0

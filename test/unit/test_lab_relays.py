@@ -51,3 +51,36 @@ def test_nft_accepts(kind: str) -> None:
     body = text.replace("delete table inet olab\n", "")
     res = subprocess.run(["nft", "--check", "-f", "-"], input=body, text=True, capture_output=True, check=False)
     assert res.returncode == 0, res.stderr
+
+
+def test_matrix_model_with_relay() -> None:
+    from overlay_manager.lab.matrix import expected, expected_with_relay
+
+    assert expected("adpm-adpf", "adpm-adpf")[0] == "derp"
+    assert expected_with_relay("adpm-adpf", "adpm-adpf")[0] == "peer-relay"
+    assert expected_with_relay("eim-adpf", "adpm-adpf")[0] == "peer-relay"
+    assert expected_with_relay("eim-eif", "adpm-adpf")[0] == "direct"  # direct stays direct
+    assert expected_with_relay("udp-servers", "adpm-adpf")[0] == "peer-relay"
+    assert expected("udp-servers", "eim-eif")[0] == "derp"  # no UDP to the peer itself
+    assert expected_with_relay("udp-blocked", "eim-eif") == ("derp", "udp-blocked: no UDP to the relay")
+    assert expected_with_relay("eim", "tcp-only")[0] == "derp"
+
+
+def test_matrix_relay_spec_and_report() -> None:
+    from overlay_manager.lab.matrix import RELAY_KINDS, cells, matrix_spec, render_relay_markdown
+    from overlay_manager.lab.spec import parse_spec
+
+    spec = parse_spec(matrix_spec(relay=True), "nat_matrix_relay")
+    assert list(spec.relays) == ["relay"] and spec.building("campus").nat.public
+    assert len(RELAY_KINDS) == 12 and len(cells(RELAY_KINDS)) == 12 * 13 // 2
+    assert "relays" not in matrix_spec() and "campus" not in matrix_spec()["buildings"]
+    plain = [{"a": "adpm-adpf", "b": "adpm-adpf", "expected": "derp", "observed": "derp", "via": "lab",
+              "reason": "r"},
+             {"a": "eim-eif", "b": "eim-eif", "expected": "direct", "observed": "direct", "via": "x", "reason": "r"}]
+    relayed = [{"a": "adpm-adpf", "b": "adpm-adpf", "expected": "peer-relay", "observed": "peer-relay",
+                "via": "10.231.22.10:40000:vni:1", "reason": "r2"}]
+    meta = {"date": "d", "tailscale": "t", "headscale": "h", "relay_wait_s": 15, "count": 10, "seconds": 1,
+            "agree": 2, "cells": 2, "relay_agree": 2, "derp_before": 1, "derp_after": 0, "peer_relay_after": 1}
+    text = render_relay_markdown(plain, relayed, meta)
+    assert "## Without the relay" in text and "## With the relay" in text
+    assert "| adpm-adpf | adpm-adpf | derp | peer-relay | peer-relay | 10.231.22.10:40000:vni:1 | r2 |" in text
