@@ -28,8 +28,9 @@ What the writer guarantees (see :func:`update_hosts_file`):
   of a bind mount in any mount namespace (e.g. ``/etc/netns/<ns>/hosts``: a rename would leave
   the processes inside reading the old file), a file with several hard links, or one owned by
   another user. The in-place update is journaled: old and new content go to
-  ``.<name>.overlay_manager-journal`` next to the file (fsynced, with a checksum) before the file is
-  touched; the new content is then written with one pwrite from offset 0, padded with newlines to
+  ``.<name>.<inode>.overlay_manager-journal`` next to the file, or next to the bind mount's
+  source when that is visible (see :func:`journal_path`), fsynced, with a checksum, before the
+  file is touched; the new content is then written with one pwrite from offset 0, padded with newlines to
   the old length when the file shrinks, then truncated and fsynced, and the journal removed. A
   process killed at any step leaves the old content, the new content, or the new content followed
   by blank lines (all with exactly one block); the next update finishes or discards the journal
@@ -238,6 +239,34 @@ def bind_mounted(real: str, st: os.stat_result, proc: str = "/proc") -> bool:
     return False
 
 
+def journal_path(real: str, st: os.stat_result, proc: str = "/proc") -> str:
+    """Where the in-place update of real keeps its journal: ``.<name>.<inode>.overlay_manager-journal``
+    next to the file, or next to the bind mount's source when real is a mount target whose source
+    is visible here (``ip netns exec``: /etc/netns/<ns>/hosts, not the machine's shared /etc).
+
+    Writers through either side of the mount, and in every namespace, agree on the path; files of
+    different namespaces never share one.
+    """
+    text = _read(f"{proc}/self/mountinfo") or ""
+    mounts = _mountinfo(text)
+    here = [m for m in mounts if m[2] == real]
+    where = real
+    if here:
+        dev, root, _ = here[-1]
+        for d, r, mp in sorted(mounts, key=lambda m: -len(m[1])):
+            if d != dev or mp == real or not _under(root, r):
+                continue
+            cand = os.path.normpath(os.path.join(mp, os.path.relpath(root, r)))
+            try:
+                cs = os.stat(cand)
+            except OSError:
+                continue
+            if cand != real and (cs.st_dev, cs.st_ino) == (st.st_dev, st.st_ino):
+                where = cand
+                break
+    return tmp_path_for(where, f".{st.st_ino}{JOURNAL_SUFFIX}")
+
+
 def keeps_inode(real: str, st: os.stat_result) -> bool:
     """True when real must be updated in place (same inode) rather than replaced by rename."""
     return (st.st_nlink > 1 or st.st_uid != os.geteuid() or st.st_gid != os.getegid()
@@ -405,7 +434,7 @@ def _update(path: str, make: Callable[[bytes], bytes]) -> bool:
             atomic_write(real, make(b""), 0o644)
             return True
         try:
-            jpath = tmp_path_for(real, JOURNAL_SUFFIX)
+            jpath = journal_path(real, os.fstat(fd))
             _recover(fd, jpath)
             old = _read_fd(fd)
             new = make(old)

@@ -71,6 +71,14 @@ def test_source_updated_from_outside_is_seen_inside_the_namespace(tmp_path):
                                capture_output=True, text=True, timeout=10)
             return r.stdout.strip()
         assert H.bind_mounted(os.path.realpath(src), os.stat(src)) is True
+        # the journal of an update through either side lives next to the source, not in /etc
+        code = ("import os; from overlay_manager import hosts as H; "
+                "print(H.journal_path('/etc/hosts', os.stat('/etc/hosts')))")
+        r = subprocess.run(["nsenter", "-t", str(holder.pid), "-m", sys.executable, "-c", code], cwd=str(REPO),
+                           env={**os.environ, "PYTHONPATH": str(REPO)}, capture_output=True, text=True, timeout=30)
+        assert r.returncode == 0, r.stderr
+        want = str(tmp_path / f".hosts.{ino}.overlay_manager-journal")
+        assert r.stdout.strip() == want == H.journal_path(str(src), os.stat(src))
         t0 = time.perf_counter()
         assert H.update_hosts_file(str(src), [("100.64.0.2", ["robot2.fleet.internal", "robot2"])])
         took_ms = (time.perf_counter() - t0) * 1000

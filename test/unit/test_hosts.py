@@ -176,16 +176,16 @@ def test_leftover_journal_with_torn_file_is_finished(tmp_path):
     old, new = K.content(K.MANY), K.content(K.FEW)
     torn = new[:50] + old[50:]
     p.write_bytes(torn)
-    H._write_journal(H.tmp_path_for(str(p), H.JOURNAL_SUFFIX), old, new)
+    H._write_journal(H.journal_path(str(p), os.stat(p)), old, new)
     assert H.update_hosts_file(str(p), K.FEW) is True
     assert p.read_bytes() == new and os.listdir(tmp_path) == ["hosts"]
 
 
 def test_torn_journal_is_discarded_and_edited_file_is_not_replayed(tmp_path):
     p = tmp_path / "hosts"
-    jpath = H.tmp_path_for(str(p), H.JOURNAL_SUFFIX)
     old, new = K.content(K.MANY), K.content(K.FEW)
     p.write_bytes(old)
+    jpath = H.journal_path(str(p), os.stat(p))
     H._write_journal(jpath, old, new)
     with open(jpath, "r+b") as fh:
         fh.truncate(os.path.getsize(jpath) - 3)        # killed while writing the journal
