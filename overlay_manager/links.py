@@ -13,6 +13,8 @@ import subprocess
 from dataclasses import dataclass
 from typing import Any, List, Mapping, Optional
 
+from . import children
+
 
 class LinkError(Exception):
     """A measurement could not be made; says which tool and why."""
@@ -77,8 +79,7 @@ def run_iperf(ip: str, port: int, duration_s: float, udp_mbps: Optional[float] =
     if udp_mbps is not None:
         argv += ["-u", "-b", f"{udp_mbps}M"]
     try:
-        proc = subprocess.run(argv, capture_output=True, text=True, check=False,
-                              timeout=timeout_s or duration_s + 15)
+        proc = children.run(argv, timeout_s=timeout_s or duration_s + 15)
     except FileNotFoundError:
         raise LinkError("iperf3 is not installed on this machine") from None
     except subprocess.TimeoutExpired:
@@ -94,7 +95,7 @@ def run_ping(ip: str, count: int = 5, timeout_s: float = 10.0) -> "tuple[float, 
     """ICMP ping over the overlay -> (min, mean, max) ms."""
     argv = ["ping", "-n", "-q", "-c", str(count), "-i", "0.2", "-w", f"{timeout_s:.0f}", ip]
     try:
-        proc = subprocess.run(argv, capture_output=True, text=True, check=False, timeout=timeout_s + 5)
+        proc = children.run(argv, timeout_s=timeout_s + 5)
     except FileNotFoundError:
         raise LinkError("ping is not installed on this machine") from None
     except subprocess.TimeoutExpired:
