@@ -6,14 +6,20 @@ Topology (all names carry a per-run id R; nothing touches the host's own network
            |
       ns fR-sw   bridge br0 (veth per namespace)
        |        |         |          |
-    fR-a1      fR-a2     fR-op      fR-b1        tailscaled --tun=ts0 in each, enrolled from
-    alpha-     alpha-    alpha-op   bravo-       its fleet bundle
-    robot1     robot2    (operator) robot1
-    .11        .12       .13        .21
+    fR-a1      fR-a2     fR-op      fR-b1      fR-rl      tailscaled --tun=ts0 in each, enrolled
+    alpha-     alpha-    alpha-op   bravo-     campus-    from its fleet bundle
+    robot1     robot2    (operator) robot1     relay
+    .11        .12       .13        .21        .31
+
+campus-relay is an alpha base station and the fleet's peer relay for every team (the fleet
+file's ``relays`` section); its relay server is turned on through the LocalAPI from its
+bundle's ``relay`` key, as the node does.
 
 Checks: alpha-robot1 opens TCP to alpha-robot2 (its team-mate); alpha-robot1, alpha-op and
-bravo-robot1 cannot open TCP across teams; alpha-op reaches alpha-robot2. Processes are
-ended by pid and namespaces deleted in a finally block.
+bravo-robot1 cannot open TCP across teams; alpha-op reaches alpha-robot2; with the relay in the
+fleet, bravo-robot1 sees the relay host and may ping it but opens no TCP connection to it, and
+still sees no alpha machine. Processes are ended by pid and namespaces deleted in a finally
+block.
 """
 
 from __future__ import annotations
@@ -39,6 +45,9 @@ from overlay_manager.fleet.bundle import write_bundle  # noqa: E402
 from overlay_manager.fleet.config import load_fleet  # noqa: E402
 from overlay_manager.fleet.deploy import init_deployment  # noqa: E402
 from overlay_manager.fleet.ops import fleet_status  # noqa: E402
+from overlay_manager.config import load_robot_config  # noqa: E402
+from overlay_manager.relay import apply_relay, read_relay_state  # noqa: E402
+from overlay_manager.tailscale import LocalAPI  # noqa: E402
 from overlay_manager.lab.system import wait_for  # noqa: E402 - bounded poll naming what it waits for
 
 BIN = REPO / ".tools" / "bin"
@@ -51,7 +60,8 @@ pytestmark = [
 ]
 
 HOSTS = {"alpha-robot1": ("a1", "10.232.0.11"), "alpha-robot2": ("a2", "10.232.0.12"),
-         "alpha-op": ("op", "10.232.0.13"), "bravo-robot1": ("b1", "10.232.0.21")}
+         "alpha-op": ("op", "10.232.0.13"), "bravo-robot1": ("b1", "10.232.0.21"),
+         "campus-relay": ("rl", "10.232.0.31")}
 CTL_IP = "10.232.0.1"
 PORT = 7411  # TCP port of the test listeners (inside the overlay only)
 
@@ -143,8 +153,10 @@ def net() -> Iterator[dict[str, Any]]:
             "fleet": "acltest", "base_domain": "fleet.internal",
             "server": {"url": f"https://{CTL_IP}:8443", "listen": f"{CTL_IP}:8443",
                        "derp": {"stun_listen": f"{CTL_IP}:3478", "ipv4": CTL_IP}},
-            "teams": {"alpha": {"robots": ["alpha-robot1", "alpha-robot2"], "operators": ["alpha-op"]},
+            "teams": {"alpha": {"robots": ["alpha-robot1", "alpha-robot2"], "operators": ["alpha-op"],
+                                "base_stations": ["campus-relay"]},
                       "bravo": {"robots": ["bravo-robot1"]}},
+            "relays": {"campus-relay": {"port": 40000}},
         }))
         fleet = load_fleet(fleet_file)
         dep = init_deployment(fleet, n.root / "hs", headscale=str(HEADSCALE))
@@ -167,7 +179,7 @@ def net() -> Iterator[dict[str, Any]]:
                 capture_output=True, text=True, timeout=60)).returncode == 0 and r or None, 40)
             assert res.returncode == 0
 
-        rows = wait_for("all four hosts online", lambda: (rs := {r.host: r for r in fleet_status(dep, fleet)})
+        rows = wait_for("all five hosts online", lambda: (rs := {r.host: r for r in fleet_status(dep, fleet)})
                         and all(rs[h].state == "online" for h in HOSTS) and rs, 30)
         ips = {h: rows[h].ip for h in HOSTS}
         for host, (short, _) in HOSTS.items():
@@ -176,7 +188,9 @@ def net() -> Iterator[dict[str, Any]]:
         for host, (short, _) in HOSTS.items():
             wait_for(f"listener of {host} (from itself)", lambda s=short, h=host: n.connect(n.name(s), ips[h]) == "ok",
                      10)
-        yield {"net": n, "ips": ips}
+        relay_cfg = load_robot_config(str(n.root / "hosts" / "campus-relay" / "robot.yaml"))
+        yield {"net": n, "ips": ips, "relay_cfg": relay_cfg,
+               "relay_api": LocalAPI(str(n.root / "hosts" / "campus-relay" / "tailscaled.sock"))}
     finally:
         n.close()
 
@@ -245,3 +259,51 @@ def test_team_mate_reaches_ros_master_other_team_cannot(net: dict[str, Any]) -> 
     out = query("bravo-robot1")
     print(f"bravo-robot1 -> alpha-robot2's ROS master: {out}")
     assert out.startswith("fail"), f"bravo-robot1 reached alpha-robot2's ROS master: {out}"
+
+
+PING = """
+import subprocess, sys
+r = subprocess.run(["ping", "-c", "1", "-W", sys.argv[2], sys.argv[1]], capture_output=True, text=True)
+print("ok" if r.returncode == 0 else "fail")
+"""
+
+
+def test_relay_server_on_off_through_localapi(net: dict[str, Any]) -> None:
+    """The bundle's relay key turns the real tailscaled's relay server on (prefs), idempotently,
+    and off when the key is gone."""
+    cfg = net["relay_cfg"]
+    api: LocalAPI = net["relay_api"]
+    assert cfg.relay is not None and cfg.relay.port == 40000
+    first = apply_relay(api, cfg.relay)
+    print(first.message)
+    assert first.changed and first.active
+    assert api.prefs().get("RelayServerPort") == 40000
+    assert not apply_relay(api, cfg.relay).changed
+    assert read_relay_state(api).port == 40000
+    off = apply_relay(api, None)
+    assert off.changed and not off.active and "RelayServerPort" not in api.prefs()
+    assert read_relay_state(api).port is None
+    assert apply_relay(api, cfg.relay).changed  # on again for the tests below
+
+
+def test_relay_visible_to_other_team_but_closed(net: dict[str, Any]) -> None:
+    """bravo may use alpha's relay: it sees the relay host and may ping it, and cannot open TCP to
+    it; the relay's own team reaches it as before; bravo still sees no alpha machine."""
+    n: Net = net["net"]
+    ip = net["ips"]["campus-relay"]
+    wait_for("alpha-robot1 -> campus-relay TCP (own team)", lambda: _from(net, "alpha-robot1", "campus-relay") == "ok",
+             30)
+
+    def ping(src: str, dst_ip: str) -> str:
+        return sh("ip", "netns", "exec", n.name(HOSTS[src][0]), "/usr/bin/python3", "-c", PING, dst_ip, "2",
+                  check=False).stdout.strip()
+
+    wait_for("bravo-robot1 -> campus-relay ICMP ping over the overlay", lambda: ping("bravo-robot1", ip) == "ok", 30)
+    out = _from(net, "bravo-robot1", "campus-relay", timeout=3.0)
+    print(f"bravo-robot1 -> campus-relay TCP: {out}")
+    assert out != "ok", "bravo-robot1 opened a TCP connection to the relay host"
+    assert ping("bravo-robot1", net["ips"]["alpha-robot1"]) == "fail"
+    status = json.loads(sh(str(TAILSCALE), f"--socket={n.root}/hosts/bravo-robot1/tailscaled.sock", "status",
+                           "--json").stdout)
+    peers = {p.get("HostName") for p in (status.get("Peer") or {}).values()}
+    assert peers == {"campus-relay"}, f"bravo-robot1 should see only the relay, sees {sorted(peers)}"
