@@ -7,7 +7,7 @@ import time
 from dataclasses import dataclass
 from typing import Dict, Optional
 
-from .config import RobotConfig
+from .config import ConfigError, RobotConfig, require_config_file
 from .tailscale import EnrolError, EnrolRequest, LocalAPI, TailscaleError, enrol
 
 
@@ -67,6 +67,11 @@ def ensure_enrolled(api: LocalAPI, cfg: RobotConfig, wait_s: Optional[float] = N
             f"tailscaled is not logged in (state {state or 'unknown'}) and {cfg.source} has no "
             f"auth_key_file; get an enrolment bundle with `fleet bundle {cfg.hostname}`"
         )
+    if cfg.ca_cert:
+        try:
+            require_config_file(cfg, "ca_cert")  # tailscale up would fail with an x509 riddle
+        except ConfigError as exc:
+            raise EnrolError(str(exc)) from None
     request = EnrolRequest(
         login_server=cfg.login_server, hostname=cfg.hostname, auth_key_file=cfg.auth_key_file,
         tags=list(cfg.tags), accept_dns=cfg.tailscale.accept_dns, timeout_s=cfg.tailscale.up_timeout,

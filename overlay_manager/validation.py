@@ -55,11 +55,16 @@ _SECRET_RES: Tuple[Tuple["re.Pattern[str]", str], ...] = (
     (re.compile(r"\b(?:tskey|hskey)-[A-Za-z0-9_*-]+"), REDACTED),
     # Typed key strings of tailscale: privkey:..., nodekey:..., discokey:..., mkey:..., nlpriv:...
     (re.compile(r"\b([a-z]*(?:key|priv|pub)):[0-9a-fA-F]{16,}"), r"\1:" + REDACTED),
-    # Long hex tokens (headscale's legacy 48-hex keys, hashes used as secrets).
-    (re.compile(r"\b[0-9a-fA-F]{32,}\b"), REDACTED),
 )
+# Long hex tokens (headscale's legacy 48-hex keys, hashes used as secrets) that hold a digit.
+_HEX_RE = re.compile(r"\b[0-9a-fA-F]{32,}\b")
 # Long base64/base64url runs that mix upper case, lower case and digits (WireGuard keys, tokens).
 _B64_RE = re.compile(r"[A-Za-z0-9+/_-]{32,}={0,2}")
+
+
+def _hex_sub(match: "re.Match[str]") -> str:
+    word = match.group(0)
+    return REDACTED if any(c.isdigit() for c in word) else word
 
 
 def _b64_sub(match: "re.Match[str]") -> str:
@@ -74,7 +79,7 @@ def redact(text: str, *secrets: str) -> str:
 
     Replaced: each of ``secrets`` verbatim, and anything key-shaped: ``tskey-...``,
     ``hskey-...``, ``privkey:HEX`` (and every ``*key:HEX``), PEM private-key blocks, hex runs of
-    32+ characters and base64 runs of 32+ characters that mix upper case, lower case and digits.
+    32+ characters holding a digit and base64 runs of 32+ characters that mix upper case, lower case and digits.
     Over-redacting a harmless token is accepted; letting a key through is not.
     """
     for s in secrets:
@@ -82,6 +87,7 @@ def redact(text: str, *secrets: str) -> str:
             text = text.replace(s, REDACTED)
     for pattern, repl in _SECRET_RES:
         text = pattern.sub(repl, text)
+    text = _HEX_RE.sub(_hex_sub, text)
     return _B64_RE.sub(_b64_sub, text)
 
 
@@ -102,13 +108,18 @@ def shorten(value: Any, limit: int = VALUE_CHARS) -> str:
 
     Safe for any value: deep nesting, huge strings and numbers, binary data.
     """
+    size = 0
     try:
-        text = repr(value) if isinstance(value, str) and len(value) <= 100_000 else _REPR.repr(value)
+        if isinstance(value, str):
+            size = len(value)
+            text = repr(value[:100_000])  # only the head is ever shown
+        else:
+            text = _REPR.repr(value)
     except Exception:  # noqa: BLE001 - a value whose repr fails is still reported
         text = f"<{type(value).__name__}>"
     text = redact(text)
     if len(text) > limit:
-        text = text[:limit] + f"... ({len(text)} characters)"
+        text = text[:limit] + (f"... ({size} characters)" if size else "...")
     return text
 
 
@@ -170,7 +181,33 @@ class ConfigError(ValueError):
 
 
 class _UniqueKeyLoader(yaml.SafeLoader):
-    """SafeLoader that builds the node graph first so duplicate keys can be reported with paths."""
+    """SafeLoader (pure Python) for documents nested deeper than :data:`_C_DEPTH`: its recursion
+    ends in a RecursionError, reported as "nested too deeply"."""
+
+
+_CLoader: Any = getattr(yaml, "CSafeLoader", None)  # libyaml: about 20x faster on big files
+_C_DEPTH = 200
+_BRACKETS = re.compile(r"[\[\]{}]")
+_INDENT = re.compile(r"^[ \t-]*", re.M)
+
+
+def _nesting_bound(text: str) -> int:
+    """An upper bound of the document's nesting depth: flow brackets ([ and {, counted even in
+    quoted strings) plus the widest indentation. Cheap, and never too low."""
+    depth = deepest = 0
+    for m in _BRACKETS.finditer(text):
+        depth += 1 if m.group() in "[{" else -1
+        deepest = max(deepest, depth)
+    indent = max((len(m.group()) for m in _INDENT.finditer(text)), default=0)
+    return deepest + indent
+
+
+def _loader_for(text: str) -> Any:
+    """libyaml's loader when it is there and the document is shallow (its composer recurses in
+    C, without Python's recursion limit), else the pure-Python one."""
+    if _CLoader is not None and _nesting_bound(text) <= _C_DEPTH:
+        return _CLoader(text)
+    return _UniqueKeyLoader(text)
 
 
 def _scalar_key(node: Any) -> Optional[Tuple[str, str]]:
@@ -210,8 +247,8 @@ def _check_duplicates(root: Any, source: str) -> None:
 
 def parse_yaml(text: str, source: str) -> Any:
     """Parse YAML text (one document) with duplicate keys as errors; ConfigError for any failure."""
-    loader = _UniqueKeyLoader(text)
     try:
+        loader = _loader_for(text)  # may already reject the text (unprintable characters)
         try:
             node = loader.get_single_node()
             if node is None:

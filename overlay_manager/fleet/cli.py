@@ -5,7 +5,8 @@
     init                 write/converge the headscale deployment (config, CA + cert, policy)
     serve [--unit]       run headscale in the foreground (or print a systemd unit)
     policy [--print]     regenerate the ACL policy, check it with headscale, swap it in, reload
-    bundle HOST|--all    write enrolment bundles (robot.yaml, ca.crt, auth.key 0600)
+    bundle HOST|--all    write enrolment bundles (robot.yaml, ca.crt, auth.key 0600); a revoked
+                         host is refused: `rotate` it
     status [--json]      every host: state, last seen, expiries, tags, team
     revoke HOST          expire the host's node and key (--delete: also delete the node)
     rotate HOST          expire the host's key and write a new bundle
@@ -23,7 +24,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from ..validation import ConfigError, redact
-from .bundle import write_bundle
+from .bundle import nodes_named, write_bundle
 from .config import FleetConfig, FleetError, load_fleet
 from .deploy import Deployment, apply_policy, init_deployment
 from .ops import fleet_status, revoke, rotate
@@ -86,6 +87,22 @@ def _bundle_dir(args: argparse.Namespace, host: str) -> Path:
     return Path(args.out or "bundles") / host
 
 
+def revoked_hosts(dep: Deployment, hosts: list[str]) -> list[str]:
+    """Those of ``hosts`` whose every headscale node is expired (``fleet revoke`` ran).
+
+    A revoked machine cannot re-enrol with a new pre-auth key while its expired node exists:
+    headscale 0.29 keeps a tagged node's expiry and spends the key on it. Hosts that never
+    enrolled, or that have a live node, are not revoked.
+    """
+    nodes = dep.cli().list_nodes()
+    out = []
+    for host in hosts:
+        mine = nodes_named(nodes, host)
+        if mine and all(n.expired() for n in mine):
+            out.append(host)
+    return out
+
+
 def run(argv: list[str]) -> int:
     """Run one command; return the exit status. Raises FleetError or ConfigError on failure."""
     args = _parser().parse_args(argv)
@@ -146,9 +163,20 @@ WantedBy=multi-user.target""")
         f = need_fleet()
         if args.all == bool(args.host):
             raise FleetError("give a HOST or --all")
-        for host in (list(f.hosts) if args.all else [args.host]):
-            path = write_bundle(dep, f, host, _bundle_dir(args, host))
-            print(f"{host}: {path}")
+        hosts = list(f.hosts) if args.all else [args.host]
+        for h in hosts:
+            f.host(h)  # unknown host: error naming the fleet file
+        revoked = revoked_hosts(dep, hosts)
+        for host in hosts:
+            if host not in revoked:
+                path = write_bundle(dep, f, host, _bundle_dir(args, host))
+                print(f"{host}: {path}")
+        if revoked:
+            raise FleetError(
+                f"{', '.join(revoked)}: revoked (the node is expired); a bundle would not enrol, "
+                "because headscale spends its key on the expired node. Use `fleet rotate "
+                f"{revoked[0]}`: it deletes the expired node and writes a bundle that enrols afresh"
+                + (" (the other hosts' bundles were written)" if len(hosts) > len(revoked) else ""))
         return 0
 
     if args.cmd == "status":

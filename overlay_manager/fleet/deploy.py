@@ -13,7 +13,9 @@ Layout of a deployment directory (``outdir``)::
     keys/<host>.json   id and expiry of the host's current pre-auth key; keys/<host>.key its
                        secret (0600), so that `bundle` again reuses an unused key
 
-:func:`init_deployment` is idempotent: running it again converges (the CA is kept, the server
+:func:`init_deployment` builds a new deployment in a temporary directory and moves it into place
+only when complete, so a failed ``init`` leaves nothing half-written. It is idempotent: running
+it again converges (the CA is kept, the server
 certificate is re-issued only when its names change, config.yaml is rewritten only when it
 differs, a changed policy goes through :func:`apply_policy`).
 """
@@ -22,6 +24,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import tempfile
 from dataclasses import dataclass
@@ -31,6 +34,7 @@ from urllib.parse import urlsplit
 
 import yaml
 
+from ..validation import ConfigError, Reader
 from . import tls
 from .config import FleetConfig, FleetError
 from .headscale import HeadscaleCLI, find_headscale
@@ -240,6 +244,34 @@ def headscale_config(fleet: FleetConfig, root: Path, tls_cert: Path | None,
     }
 
 
+def check_tls_files(fleet: FleetConfig) -> None:
+    """With ``server.tls.generate: false``: the cert, key and CA files exist, are readable and
+    are what their key says (openssl parses them, the key matches the certificate).
+
+    Raises:
+        ConfigError: naming the fleet file and ``server.tls.cert|key|ca``.
+    """
+    t = fleet.server.tls
+    if urlsplit(fleet.server.url).scheme != "https" or t.generate:
+        return
+    r = Reader(fleet.path)
+    checks = (("cert", t.cert, ["x509", "-noout", "-pubkey", "-in"], "a PEM certificate"),
+              ("key", t.key, ["pkey", "-pubout", "-passin", "pass:", "-in"], "an unencrypted PEM private key"),
+              ("ca", t.ca, ["x509", "-noout", "-in"], "a PEM certificate"))
+    pubkeys: dict[str, str] = {}
+    for what, path, args, kind in checks:
+        if path is None:
+            continue
+        r.existing_file(path, f"server.tls.{what}")
+        try:
+            out = tls._openssl([*args, str(path)], f"read server.tls.{what}", path)
+        except FleetError as e:
+            raise r.error(f"server.tls.{what}", f"{path} is not {kind}: {e.reason}") from None
+        pubkeys[what] = out
+    if "cert" in pubkeys and "key" in pubkeys and pubkeys["cert"].strip() != pubkeys["key"].strip():
+        raise r.error("server.tls.key", f"{t.key} does not belong to the certificate {t.cert}")
+
+
 def init_deployment(fleet: FleetConfig, outdir: str | Path,
                     headscale: str | None = None) -> Deployment:
     """Write (or converge) a complete offline Headscale deployment for ``fleet`` in ``outdir``.
@@ -248,49 +280,99 @@ def init_deployment(fleet: FleetConfig, outdir: str | Path,
     config.yaml, the ACL policy and deployment.json. Safe to run again: see the module
     docstring. A changed policy for a running server is checked and applied atomically.
 
+    A new deployment is built in a temporary directory next to ``outdir`` (or inside it, when
+    ``outdir`` already holds other files) and moved into place only when complete, with
+    deployment.json last: on any error nothing of it is left behind. An existing deployment
+    is converged file by file, each file replaced atomically, after every input was checked.
+
     Args:
         fleet: validated fleet file.
         outdir: deployment directory (created, mode 0700).
         headscale: headscale binary (default: see :func:`find_headscale`).
 
     Raises:
-        FleetError: on any failure, naming the file concerned.
+        ConfigError: a problem in the fleet file (TLS files, certificate names), naming it and
+            the key.
+        FleetError: any other failure, naming the file concerned.
     """
     root = Path(outdir).expanduser().resolve()
     binary = find_headscale(headscale)
-    for d in (root, root / "data", root / "run", root / "keys", root / "tls"):
-        d.mkdir(parents=True, exist_ok=True)
-        os.chmod(d, 0o700 if d != root / "tls" else 0o755)
     if len(str(root / "run" / "headscale.sock")) > 100:
         raise FleetError("path too long for a unix socket (max 100 characters); use a shorter "
                          "deployment directory", file=root / "run" / "headscale.sock")
+    check_tls_files(fleet)
+    if (root / "deployment.json").exists():
+        return _write_deployment(fleet, root, root, binary, new=False)
+    if root.exists() and not root.is_dir():
+        raise FleetError("exists and is not a directory", file=root)
+    root.parent.mkdir(parents=True, exist_ok=True)
+    in_place = root.is_dir() and any(root.iterdir())
+    build = Path(tempfile.mkdtemp(prefix=f".{root.name}.init-", dir=root if in_place else root.parent))
+    try:
+        dep = _write_deployment(fleet, build, root, binary, new=True)
+        if in_place:
+            names = sorted(os.listdir(build), key=lambda n: n == "deployment.json")
+            clash = [n for n in names if (root / n).exists()]
+            if clash:
+                raise FleetError(f"not a deployment directory but holds {', '.join(clash)}; "
+                                 "choose an empty or new directory", file=root)
+            moved: list[Path] = []
+            try:
+                for n in names:
+                    os.rename(build / n, root / n)
+                    moved.append(root / n)
+            except OSError:
+                for m in moved:
+                    if m.is_dir():
+                        shutil.rmtree(m)
+                    else:
+                        m.unlink()
+                raise
+        else:
+            os.rename(build, root)  # replaces an empty directory atomically
+        os.chmod(root, 0o700)
+        return dep
+    finally:
+        if build.exists():
+            shutil.rmtree(build, ignore_errors=True)
+
+
+def _write_deployment(fleet: FleetConfig, build: Path, root: Path, binary: str,
+                      *, new: bool) -> Deployment:
+    """Write the deployment's files into ``build`` for a deployment that will live at ``root``
+    (the same directory when converging an existing one)."""
+    for d in (build, build / "data", build / "run", build / "keys", build / "tls"):
+        d.mkdir(parents=True, exist_ok=True)
+        os.chmod(d, 0o700 if d != build / "tls" else 0o755)
 
     s = fleet.server
     ca_cert: Path | None = None
     cert = key = None
     if urlsplit(s.url).scheme == "https":
         if s.tls.generate:
-            ca_key, ca_cert = tls.ensure_ca(root / "tls", f"{fleet.name} fleet CA", s.tls.days)
             names = [s.host, *s.tls.names]
-            key, cert = tls.ensure_server_cert(root / "tls", ca_key, ca_cert, names, s.tls.days)
+            try:
+                ca_key, _ = tls.ensure_ca(build / "tls", f"{fleet.name} fleet CA", s.tls.days)
+                tls.ensure_server_cert(build / "tls", ca_key, build / "tls" / "ca.crt", names, s.tls.days)
+            except FleetError as e:
+                raise ConfigError(fleet.path, "server.tls.names" if s.tls.names else "server.url",
+                                  f"cannot issue the server certificate for {', '.join(names)}: "
+                                  f"{e.reason}") from None
+            ca_cert, key, cert = root / "tls" / "ca.crt", root / "tls" / "server.key", root / "tls" / "server.crt"
         else:
             cert, key, ca_cert = s.tls.cert, s.tls.key, s.tls.ca
-            for what, p in (("cert", cert), ("key", key), ("ca", ca_cert)):
-                if p is not None and not p.is_file():
-                    raise FleetError("file not found", file=fleet.path, key=f"server.tls.{what}")
 
     dep = Deployment(root=root, fleet_name=fleet.name, server_url=s.url,
                      base_domain=fleet.base_domain, ca_cert=ca_cert, headscale=binary)
     cfg = headscale_config(fleet, root, cert, key)
     header = (f"# headscale config of fleet '{fleet.name}', written by `fleet init` from "
               f"{fleet.path}.\n# Do not edit: rerun `fleet init` after changing the fleet file.\n")
-    write_atomic(dep.config_path, header + yaml.safe_dump(cfg, sort_keys=False), 0o600)
-    write_atomic(root / "deployment.json", json.dumps(dep.to_json(), indent=2) + "\n", 0o644)
-
-    if not dep.policy_path.exists():
-        write_atomic(dep.policy_path, render_policy(fleet), 0o644)
+    write_atomic(build / "config.yaml", header + yaml.safe_dump(cfg, sort_keys=False), 0o600)
+    if new or not dep.policy_path.exists():
+        write_atomic(build / "policy.hujson", render_policy(fleet), 0o644)
     else:
         apply_policy(dep, fleet)
+    write_atomic(build / "deployment.json", json.dumps(dep.to_json(), indent=2) + "\n", 0o644)
     return dep
 
 

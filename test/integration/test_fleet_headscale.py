@@ -322,6 +322,18 @@ def test_revoke_takes_it_off(server: Server) -> None:
     print("tailscaled after revoke:", st.get("BackendState"), st.get("Health"))
 
 
+def test_bundle_after_revoke_is_refused_with_rotate_hint(server: Server) -> None:
+    """A bundle for a revoked host could never enrol (headscale spends its key on the expired
+    node): `fleet bundle` refuses and points at `fleet rotate`, writing nothing."""
+    out = server.root / "bundles" / "alpha-robot1-after-revoke"
+    before = read_key_record(server.dep, "alpha-robot1")
+    res = run_fleet(server, "bundle", "alpha-robot1", "-o", str(out))
+    assert res.returncode == 2, res.stdout + res.stderr
+    assert res.stderr.startswith("fleet: error: ") and "fleet rotate alpha-robot1" in res.stderr
+    assert len(res.stderr.strip().splitlines()) == 1 and "Traceback" not in res.stderr
+    assert not out.exists() and read_key_record(server.dep, "alpha-robot1") == before
+
+
 def _reenrol(server: Server, out: Path) -> subprocess.CompletedProcess:
     ts_dir = server.root / "ts" / "alpha-robot1"
     ts = Tailscaled(ts_dir, ts_dir / "tailscaled.sock", server.procs[1], ts_dir / "tailscaled.log")
