@@ -23,6 +23,7 @@ import subprocess
 import sys
 from typing import Sequence
 
+from ..validation import ConfigError
 from .core import Lab, down_all, leftover_runs, teardown_run
 from .errors import LabError
 from .spec import Impairment
@@ -162,6 +163,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"{args.host} -> {args.peer}: {r.path} {r.via} {r.latency_ms:g} ms")
             return 0 if r.path != "none" else 1
         return 0
+    except ConfigError as exc:  # a bad spec file (SpecError): usage error, like argparse's
+        print(f"lab: error: {exc}", file=sys.stderr)
+        return 2
     except LabError as exc:
         print(f"lab: error: {exc}", file=sys.stderr)
         return 1
