@@ -36,6 +36,7 @@ from .peers import (
     PATH_PEER_RELAY,
     PATH_UNKNOWN,
     NatInfo,
+    ParseCache,
     PathChangeEvent,
     PeerState,
     Snapshot,
@@ -199,6 +200,7 @@ class OverlayMonitor:
         # short names of the machines carrying ROS connections to or from this one (set by the
         # node's topic-link thread in one assignment); None = no topic-link map (ping every peer)
         self.topic_peers: Optional[FrozenSet[str]] = None
+        self._parse_cache: ParseCache = {}        # the poll thread's (peers.parse_status)
 
     # ----- status ---------------------------------------------------------------------------
     @property
@@ -221,7 +223,7 @@ class OverlayMonitor:
         self._poll_started = self.clock()
         try:
             raw = self.api.status(timeout=STATUS_TIMEOUT_S)
-            snap = parse_status(raw)
+            snap = parse_status(raw, self._parse_cache)
         except TailscaleError as exc:
             return self._failed(old, str(exc), isinstance(exc, TailscaledNotRunning))
         except Exception as exc:  # noqa: BLE001 - whatever tailscaled sends must not stop polling
