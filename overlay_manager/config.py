@@ -53,9 +53,12 @@ class NodeSettings:
     # short names pinged besides the master's machine and the machines that carry ROS topics to or
     # from this one (from the topic-link map); with topic_links_interval 0: () = every online peer
     watch_peers: Tuple[str, ...] = ()
+    # short names whose absence is an ERROR on /diagnostics (the master's machine always is); any
+    # other peer that is offline is OK ("offline"), so a closed operator laptop turns nothing red
+    required_peers: Tuple[str, ...] = ()
     manage_hosts: bool = False       # keep a managed overlay-names block in hosts_file
     hosts_file: str = "/etc/hosts"
-    iperf_server: bool = True        # serve iperf3 on the overlay address
+    iperf_server: bool = False       # serve iperf3 on the overlay address (opt-in; needs iperf3)
     iperf_port: int = field(default=5201, metadata=_limits(ge=1, le=65535))
     # s between preflight runs; 0 = at start and on demand only
     preflight_interval: float = field(default=30.0, metadata=_limits(le=86400))

@@ -363,6 +363,15 @@ class OverlayMonitor:
         """The machines that carry ROS connections to or from this one (from the topic links)."""
         self.topic_peers = frozenset(names)
 
+    def required_peers(self) -> FrozenSet[str]:
+        """Lower-case short names whose absence is an ERROR: node.required_peers and the ROS
+        master's machine (unless that is this machine)."""
+        names = {n.rstrip(".").split(".")[0].lower() for n in self.cfg.node.required_peers}
+        master = self.cfg.master.rstrip(".").split(".")[0].lower()
+        if master != self.cfg.hostname.lower():
+            names.add(master)
+        return frozenset(names)
+
     def watched(self) -> List[PeerState]:
         """Online peers to keep fresh with disco pings (N^2 pings across a fleet otherwise).
 
@@ -527,7 +536,9 @@ class OverlayMonitor:
         return checks
 
     def diagnostics(self) -> List[Diagnostic]:
-        """One entry for the overlay and one per peer (OK direct, WARN relayed/idle, ERROR offline)."""
+        """One entry for the overlay and one per peer: OK direct, peer-relay or idle; WARN relayed
+        through DERP; offline is ERROR for a required peer (required_peers()), else OK. A required
+        peer missing from the tailnet gets an ERROR entry of its own."""
         out: List[Diagnostic] = []
         r = self.reading
         snap = r.snapshot
@@ -572,12 +583,21 @@ class OverlayMonitor:
         relay = self.relay_diagnostic()
         if relay is not None:
             out.append(relay)
+        required = self.required_peers()
+        for name in sorted(required - {p.name.lower() for p in snap.peers}):
+            out.append(Diagnostic(ERROR, f"peer {name}", "required peer is not on the overlay (never "
+                                  "enrolled, or removed from the tailnet, or hidden by the ACL policy)",
+                                  (("required", "true"),)))
         for p in snap.peers:
             pv = (("dns_name", p.dns_name), ("addresses", " ".join(p.addresses)), ("path", p.path),
                   ("endpoint", p.endpoint), ("relay_region", p.relay_region),
                   ("latency_ms", "unknown" if math.isnan(p.latency_ms) else f"{p.latency_ms:.2f}"))
             if p.path == PATH_OFFLINE:
-                d = Diagnostic(ERROR, f"peer {p.name}", "offline", pv)
+                if p.name.lower() in required:
+                    d = Diagnostic(ERROR, f"peer {p.name}", "offline (a required peer: the ROS master's "
+                                   "machine or in node.required_peers)", pv)
+                else:
+                    d = Diagnostic(OK, f"peer {p.name}", "offline (not a required peer)", pv)
             elif p.path == PATH_DIRECT:
                 d = Diagnostic(OK, f"peer {p.name}", f"direct via {p.endpoint}", pv)
             elif p.path == PATH_DERP:

@@ -146,6 +146,13 @@ def robot_config(dep: Deployment, fleet: FleetConfig, host: str,
             cfg[k] = {**cfg[k], **v}
         else:
             cfg[k] = v
+    # With MagicDNS off on the machine (tailscale.accept_dns false, the default) nothing resolves
+    # the other machines' overlay names unless the node keeps its managed hosts block: turn it on
+    # (an explicit node.manage_hosts in overrides wins).
+    tailscale = cfg.get("tailscale")
+    if not (isinstance(tailscale, dict) and tailscale.get("accept_dns") is True):
+        node = cfg.get("node")
+        cfg["node"] = {"manage_hosts": True, **(node if isinstance(node, dict) else {})}
     return cfg
 
 

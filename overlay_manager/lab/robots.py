@@ -1,7 +1,8 @@
 """Start the real overlay_manager node on lab hosts the way a user does, and query it.
 
-    eval "$(rosrun overlay_manager overlay_env --config robot.yaml --enrol --write-hosts [--wait-master S])"
-    exec roslaunch overlay_manager robot.launch config:=robot.yaml manage_hosts:=true
+    ROS_ENV="$(rosrun overlay_manager overlay_env --config robot.yaml --enrol --write-hosts [--wait-master S])"
+    eval "$ROS_ENV"
+    exec roslaunch overlay_manager robot.launch config:=robot.yaml manage_hosts:=true iperf_server:=true
 
 in the host's namespace, where /etc/hosts is the host's own /etc/netns file, so overlay names
 resolve through the node's managed block (MagicDNS is off in the lab). Probes (probe.py) run in the
@@ -35,9 +36,11 @@ def launch_command(config: Path, master: bool, wait_master_s: float = 90.0,
     """The shell line a user types on that machine (see module doc)."""
     env_opts = "--enrol --write-hosts" + ("" if master else f" --wait-master {wait_master_s:.0f}")
     args = " ".join(shlex.quote(a) for a in launch_args)
-    return (f'eval "$(rosrun overlay_manager overlay_env --config {shlex.quote(str(config))} {env_opts})" '
+    # ROS_ENV=... && eval: a failing overlay_env stops here (a bare eval "$(...)" would go on)
+    return (f'ROS_ENV="$(rosrun overlay_manager overlay_env --config {shlex.quote(str(config))} {env_opts})" '
+            f'&& eval "$ROS_ENV" '
             f"&& exec roslaunch --wait overlay_manager robot.launch config:={shlex.quote(str(config))} "
-            f"manage_hosts:=true {args}").strip()
+            f"manage_hosts:=true iperf_server:=true {args}").strip()
 
 
 def start_robot(lab: Any, host: str, master: bool, launch_args: Sequence[str] = (),

@@ -80,6 +80,8 @@ def test_diagnostics_levels(fake_tailscaled, tmp_path):
     assert d["peer robotb"].level == WARN and "relayed" in d["peer robotb"].message
     _peer(fake_tailscaled)["Online"] = False
     m.poll()
+    assert {x.name: x for x in m.diagnostics()}["peer robotb"].level == OK  # not a required peer
+    m.cfg = apply_overrides(m.cfg, {"required_peers": ["robotb"]}, "test")
     assert {x.name: x for x in m.diagnostics()}["peer robotb"].level == ERROR
     m.close()
 

@@ -1,0 +1,60 @@
+"""Per-peer severity follows roles: offline is ERROR only for required peers (node.required_peers
+and the ROS master's machine); a closed operator laptop turns nothing red."""
+import os
+
+import yaml
+
+from overlay_manager.config import load_robot_config
+from overlay_manager.monitor import ERROR, OK, OverlayMonitor
+from overlay_manager.tailscale import LocalAPI
+
+ROOT = os.path.join(os.path.dirname(__file__), "..", "..")
+
+
+def _monitor(fake, tmp_path, master="robota", **node):
+    cfg_path = tmp_path / "robot.yaml"
+    hosts = tmp_path / "hosts"
+    hosts.write_text("127.0.0.1 localhost\n")
+    cfg_path.write_text(yaml.safe_dump({
+        "hostname": "robota", "login_server": "http://10.250.0.1:8080", "base_domain": "fleet.internal",
+        "master": master, "tailscale": {"socket": fake.socket_path, "cli": "/bin/false"},
+        "node": dict(hosts_file=str(hosts), netcheck_interval=0, **node)}))
+    return OverlayMonitor(load_robot_config(str(cfg_path)), LocalAPI(fake.socket_path))
+
+
+def _diag(m):
+    m.poll()
+    return {d.name: d for d in m.diagnostics()}
+
+
+def _offline(fake):
+    next(iter(fake.status["Peer"].values()))["Online"] = False
+
+
+def test_offline_peer_is_ok_unless_required(fake_tailscaled, tmp_path):
+    m = _monitor(fake_tailscaled, tmp_path)
+    _offline(fake_tailscaled)
+    d = _diag(m)["peer robotb"]
+    assert d.level == OK and d.message.startswith("offline")
+    m.close()
+    m = _monitor(fake_tailscaled, tmp_path, required_peers=["robotb"])
+    d = _diag(m)["peer robotb"]
+    assert d.level == ERROR and "required" in d.message
+    m.close()
+
+
+def test_master_machine_is_always_required(fake_tailscaled, tmp_path):
+    m = _monitor(fake_tailscaled, tmp_path, master="robotb.fleet.internal")
+    assert m.required_peers() == frozenset({"robotb"})
+    assert _diag(m)["peer robotb"].level == OK  # online and direct
+    _offline(fake_tailscaled)
+    assert _diag(m)["peer robotb"].level == ERROR
+    m.close()
+
+
+def test_required_peer_missing_from_tailnet_is_error(fake_tailscaled, tmp_path):
+    m = _monitor(fake_tailscaled, tmp_path, required_peers=["base-station"])
+    d = _diag(m)
+    assert d["peer base-station"].level == ERROR and "not on the overlay" in d["peer base-station"].message
+    assert d["peer robotb"].level == OK
+    m.close()
