@@ -24,10 +24,11 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from ..validation import ConfigError, redact
+from ..waiting import wait_for
 from .bundle import nodes_named, write_bundle
 from .config import FleetConfig, FleetError, load_fleet
 from .deploy import Deployment, apply_policy, init_deployment
-from .ops import fleet_status, revoke, rotate
+from .ops import fleet_status, revoke, rotate, sync_tags
 from .policy import render_policy
 
 
@@ -150,13 +151,21 @@ WantedBy=multi-user.target""")
         os.execv(argv_hs[0], argv_hs)
 
     if args.cmd == "policy":
-        res = apply_policy(dep, need_fleet())
+        fleet = need_fleet()
+        res = apply_policy(dep, fleet)
         if not res.changed:
             print(f"policy unchanged: {dep.policy_path}")
         else:
             print(f"policy checked ({res.checked}) and installed: {dep.policy_path}")
             print("headscale reloaded (SIGHUP)" if res.reloaded
                   else "headscale not running: it loads the policy when started")
+        if dep.cli().health():
+            # enrolled hosts keep their tags when they re-enrol: give them the fleet file's
+            # (e.g. tag:relay for a new relay); headscale takes them once the reload is done
+            for line in wait_for("headscale to accept the fleet file's tags",
+                                 lambda: sync_tags(dep, fleet) or ["tags of enrolled hosts: as in the fleet file"],
+                                 15.0, interval=0.5, error=FleetError):
+                print(line)
         return 0
 
     if args.cmd == "bundle":

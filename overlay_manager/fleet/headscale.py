@@ -274,6 +274,11 @@ class HeadscaleCLI:
         """Delete node ``node_id`` from headscale."""
         self.run(["nodes", "delete", "--identifier", str(node_id), "--force"])
 
+    def set_tags(self, node_id: int, tags: list[str]) -> None:
+        """Replace node ``node_id``'s ACL tags (every tag must have an owner in the policy in
+        force: apply the policy first)."""
+        self.run(["nodes", "tag", "--identifier", str(node_id), "--tags", ",".join(tags)])
+
     # --- policy ------------------------------------------------------------------------
     def check_policy(self, policy_file: str | Path) -> None:
         """Ask the running headscale whether ``policy_file`` is valid; FleetError if not."""

@@ -168,3 +168,32 @@ def rotate(dep: Deployment, fleet: FleetConfig, host: str, outdir: str | Path, *
     except FleetError as e:
         raise FleetError(e.reason, file=e.file, key=e.key, host=host) from None
     return write_bundle(dep, fleet, host, outdir, force_new_key=True)
+
+
+def sync_tags(dep: Deployment, fleet: FleetConfig, cli: HeadscaleCLI | None = None) -> list[str]:
+    """Give every enrolled, unexpired host of the fleet file the tags the file says it has now.
+
+    headscale keeps a node's tags when it re-enrols, so a host that became a relay (or changed
+    team or role) after enrolment keeps its old tags until they are set here. Run after the
+    policy that owns the new tags is in force (headscale refuses tags without an owner).
+
+    Returns one line per changed host, e.g. "alpha-base: tags tag:base-station, tag:team-alpha ->
+    tag:base-station, tag:relay, tag:relay-alpha-base, tag:team-alpha".
+
+    Raises:
+        FleetError: headscale not running or refusing the tags (naming the host).
+    """
+    cli = cli or dep.cli()
+    changed: list[str] = []
+    nodes = cli.list_nodes()
+    for name in fleet.hosts:
+        want = sorted(fleet.host_tags(name))
+        for node in nodes_named(nodes, name):
+            if node.expired() or sorted(node.tags) == want:
+                continue
+            try:
+                cli.set_tags(node.id, want)
+            except FleetError as e:
+                raise FleetError(e.reason, file=e.file, key=e.key, host=name) from None
+            changed.append(f"{name}: tags {', '.join(sorted(node.tags)) or 'none'} -> {', '.join(want)}")
+    return changed

@@ -44,7 +44,8 @@ sys.path.insert(0, str(REPO))
 from overlay_manager.fleet.bundle import write_bundle  # noqa: E402
 from overlay_manager.fleet.config import load_fleet  # noqa: E402
 from overlay_manager.fleet.deploy import init_deployment  # noqa: E402
-from overlay_manager.fleet.ops import fleet_status  # noqa: E402
+from overlay_manager.fleet.deploy import apply_policy  # noqa: E402
+from overlay_manager.fleet.ops import fleet_status, sync_tags  # noqa: E402
 from overlay_manager.config import load_robot_config  # noqa: E402
 from overlay_manager.relay import apply_relay, read_relay_state  # noqa: E402
 from overlay_manager.tailscale import LocalAPI  # noqa: E402
@@ -189,7 +190,7 @@ def net() -> Iterator[dict[str, Any]]:
             wait_for(f"listener of {host} (from itself)", lambda s=short, h=host: n.connect(n.name(s), ips[h]) == "ok",
                      10)
         relay_cfg = load_robot_config(str(n.root / "hosts" / "campus-relay" / "robot.yaml"))
-        yield {"net": n, "ips": ips, "relay_cfg": relay_cfg,
+        yield {"net": n, "ips": ips, "relay_cfg": relay_cfg, "dep": dep, "fleet_file": fleet_file,
                "relay_api": LocalAPI(str(n.root / "hosts" / "campus-relay" / "tailscaled.sock"))}
     finally:
         n.close()
@@ -307,3 +308,30 @@ def test_relay_visible_to_other_team_but_closed(net: dict[str, Any]) -> None:
                            "--json").stdout)
     peers = {p.get("HostName") for p in (status.get("Peer") or {}).values()}
     assert peers == {"campus-relay"}, f"bravo-robot1 should see only the relay, sees {sorted(peers)}"
+
+
+def test_policy_gives_an_enrolled_host_its_new_relay_tags(net: dict[str, Any]) -> None:
+    """An enrolled host that becomes a relay keeps its old tags on re-enrolment (headscale), so
+    `fleet policy` sets the fleet file's tags after the new policy is in force; and back."""
+    dep, path = net["dep"], net["fleet_file"]
+    data = yaml.safe_load(path.read_text())
+    data["relays"]["alpha-robot2"] = {}
+    path2 = path.with_name("fleet-more-relays.yaml")
+    path2.write_text(yaml.safe_dump(data))
+
+    def tags() -> list[str]:
+        return sorted(next(r for r in fleet_status(dep, load_fleet(path2)) if r.host == "alpha-robot2").tags)
+
+    try:
+        apply_policy(dep, load_fleet(path2))
+        changed = wait_for("headscale to take alpha-robot2's relay tags", lambda: sync_tags(dep, load_fleet(path2)), 15)
+        print(changed)
+        assert any(line.startswith("alpha-robot2: ") for line in changed)
+        assert tags() == ["tag:relay", "tag:relay-alpha-robot2", "tag:robot", "tag:team-alpha"]
+        assert sync_tags(dep, load_fleet(path2)) == []  # idempotent
+    finally:
+        fleet = load_fleet(path)
+        apply_policy(dep, fleet)
+        wait_for("alpha-robot2's tags back", lambda: sync_tags(dep, fleet) or True, 15)
+    assert sorted(next(r for r in fleet_status(dep, fleet) if r.host == "alpha-robot2").tags) == \
+        ["tag:robot", "tag:team-alpha"]
