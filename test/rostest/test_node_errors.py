@@ -97,3 +97,58 @@ def test_other_login_server_is_not_re_enrolled(master, tmp_path):
         assert "tailscale logout" in out and "other.example" in out
     finally:
         fake.close()
+
+
+def _raw_config(tmp_path, case):
+    """A config file for each hostile input (None content = a directory)."""
+    p = tmp_path / "robot.yaml"
+    base = {"hostname": "robota", "login_server": "http://10.250.0.1:8080", "base_domain": "fleet.internal",
+            "master": "robota", "tailscale": {"socket": "/nonexistent.sock", "cli": "/bin/false"},
+            "node": {"iperf_server": False, "netcheck_interval": 0}}
+    if case == "directory":
+        p.mkdir()
+        return str(p)
+    if case == "binary":
+        p.write_bytes(b"\x89PNG\r\n\x1a\n\x00\xff\xfe")
+    elif case == "duplicate":
+        p.write_text("hostname: robota\nhostname: robotb\n")
+    elif case == "deep":
+        p.write_text("a: " + "[" * 5000 + "]" * 5000 + "\n")
+    else:
+        node_key, value = {"nan": ("publish_rate", float("nan")), "inf": ("poll_rate", float("inf")),
+                           "huge": ("publish_rate", 1e300)}.get(case, (None, None))
+        if node_key:
+            base["node"][node_key] = value
+        if case == "key-as-path":
+            base["auth_key_file"] = SECRET
+        if case == "url":
+            base["login_server"] = "https://h:99999/x y"
+        if case == "big":
+            base["hostname"] = "r" * (5 * 1024 * 1024)
+        p.write_text(yaml.dump(base, Dumper=getattr(yaml, "CSafeDumper", yaml.SafeDumper)))
+    return str(p)
+
+
+@pytest.mark.parametrize("case,key", [
+    ("nan", "node.publish_rate"), ("inf", "node.poll_rate"), ("huge", "node.publish_rate"),
+    ("directory", "(file)"), ("binary", "(file)"), ("duplicate", "hostname"), ("deep", "(yaml)"),
+    ("key-as-path", "auth_key_file"), ("url", "login_server"), ("big", "hostname"),
+])
+def test_hostile_config_exits_2_with_one_clear_line(master, tmp_path, case, key):
+    """Any bad config: FATAL naming file and key, exit 2, no traceback, no secret, short."""
+    path = _raw_config(tmp_path, case)
+    rc, out = _run_node(master, path)
+    assert rc == 2, out[-3000:]
+    assert f"{path}: {key}: " in out, out[-3000:]
+    assert "Traceback" not in out and SECRET not in out
+    assert len(out) < 4000, f"{len(out)} characters of output"
+
+
+def test_nan_parameter_override_is_refused(master, tmp_path):
+    proc = subprocess.run(["rosrun", "overlay_manager", "overlay_manager_node",
+                           f"_config:={_raw_config(tmp_path, 'ok')}", "_publish_rate:=.nan",
+                           "__name:=om_err_test"], env=master, capture_output=True, text=True, timeout=40,
+                          check=False)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 2, out[-3000:]
+    assert "node.publish_rate" in out and "finite" in out and "Traceback" not in out
