@@ -135,6 +135,11 @@ def _enrol_and_write_hosts(cfg: RobotConfig, enrol: bool, write_hosts: bool, qui
         result = ensure_enrolled(api, cfg, reauth=reauth)
         if not quiet:
             print(f"overlay_env: {result.message}", file=sys.stderr)
+        # the config's relay key: serve a peer relay (or stop serving one), idempotent
+        from .relay import apply_relay
+        relay = apply_relay(api, cfg.relay)
+        if relay.changed or (relay.active and not quiet):
+            print(f"overlay_env: {relay.message}", file=sys.stderr)
     snap = parse_status(api.status())
     if write_hosts:
         # split horizon: this machine's own names -> loopback, the others -> overlay addresses
