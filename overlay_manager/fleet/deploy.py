@@ -165,8 +165,10 @@ class Deployment:
         except OSError:
             raise FleetError("not a deployment directory (run `fleet init` first)",
                              file=meta) from None
-        except json.JSONDecodeError as e:
-            raise FleetError(f"corrupt: {e}", file=meta) from None
+        except ValueError as e:  # not JSON, not UTF-8
+            raise FleetError(f"corrupt: {e}; rerun `fleet init`", file=meta) from None
+        if not isinstance(data, dict):
+            raise FleetError("corrupt: not a JSON object; rerun `fleet init`", file=meta)
         try:
             return cls(root=root, fleet_name=data["fleet"], server_url=data["server_url"],
                        base_domain=data["base_domain"],
@@ -350,6 +352,9 @@ def _write_deployment(fleet: FleetConfig, build: Path, root: Path, binary: str,
     cert = key = None
     if urlsplit(s.url).scheme == "https":
         if s.tls.generate:
+            if shutil.which("openssl") is None:
+                raise FleetError("the openssl command is missing (Debian package: openssl); it makes "
+                                 "the fleet CA and the server certificate", file=fleet.path)
             names = [s.host, *s.tls.names]
             try:
                 ca_key, _ = tls.ensure_ca(build / "tls", f"{fleet.name} fleet CA", s.tls.days)
