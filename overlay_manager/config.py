@@ -49,6 +49,9 @@ class NodeSettings:
 
     publish_rate: float = field(default=1.0, metadata=_limits(gt=0, le=1000))  # Hz, ~peers/~status republish
     poll_rate: float = field(default=4.0, metadata=_limits(gt=0, le=1000))     # Hz, reads of tailscaled status
+    # Hz, status reads while tailscaled's IPN bus is open (state and peer changes it reports are
+    # read at once; paths are only in the status); 0 = always poll_rate
+    bus_poll_rate: float = field(default=2.0, metadata=_limits(ge=0, le=1000))
     ping_interval: float = field(default=5.0, metadata=_limits(le=86400))  # s between disco pings; 0 = off
     # short names pinged besides the master's machine and the machines that carry ROS topics to or
     # from this one (from the topic-link map); with topic_links_interval 0: () = every online peer

@@ -3,7 +3,8 @@
 Parameters are read once at start: ~config (robot config file, required) and any node.* key of
 the config as a ~private parameter of the same name (overrides the file). Then:
 - enrol tailscaled if needed (never re-enrol or rename);
-- poll tailscaled at node.poll_rate, publish ~peers/~status (latched, at once on a change and
+- poll tailscaled at node.poll_rate (node.bus_poll_rate while its IPN bus is open; a state or
+  peer change on the bus is read at once), publish ~peers/~status (latched, at once on a change and
   at node.publish_rate), ~path_changes (one per change), /diagnostics;
 - disco-ping watched peers every node.ping_interval seconds; netcheck every netcheck_interval;
 - serve ~list_peers ~get_peer ~ping_peer ~wait_for_peer ~measure_link ~get_ros_env ~preflight;
@@ -28,6 +29,7 @@ tailscaled, the ROS master or the log.
 | overlay-preflight | ``preflight`` every preflight_interval s | DNS lookups, TCP connect to the master (2 s) |
 | overlay-iperf | keeps the iperf3 server running (every 2 s) | spawning iperf3 |
 | overlay-relay | ``refresh_relay`` every RELAY_INTERVAL_S: relay server on/off as the config's ``relay`` key says, its sessions | LocalAPI prefs and debug-peer-relay-sessions (bounded) |
+| overlay-ipnbus | keeps tailscaled's IPN bus open; a state or peer change wakes overlay-poll (at most poll_rate) | reading the bus (stop() closes it) |
 | overlay-topics | topic-link map every topic_links_interval s, publishes ~topic_links (its pool: overlay-graph_N) | XML-RPC to the master and nodes (each call bounded: node_topics.XMLRPC_TIMEOUT_S) |
 | overlay-enrol | ``ensure_enrolled`` until it succeeds | LocalAPI, `tailscale up` child (bounded) |
 | overlay-log | writes queued log lines with rospy | rospy logging (it may wait for the master) |
@@ -82,6 +84,7 @@ from overlay_manager.srv import (
 from . import children
 from .config import ConfigError, NodeSettings, apply_overrides, load_robot_config
 from .enrolment import ensure_enrolled
+from .ipnbus import BusWatcher
 from .links import iperf_server_argv
 from .node_topics import XMLRPC_TIMEOUT_S, TopicLinkReporter, parse_host_aliases
 from .monitor import ERROR, OK, STATUS_TIMEOUT_S, Freshness, OverlayMonitor, Reading
@@ -200,6 +203,9 @@ class OverlayNode:
         self.workers.append(Worker("overlay-relay", self._relay_cycle, RELAY_INTERVAL_S, 30.0, log,
                                    start=False))
         self.topics = TopicLinkReporter(monitor, host_aliases)
+        self._last_poll = 0.0                              # overlay-poll only (monotonic s)
+        self._bus_woke = threading.Event()                 # set by overlay-ipnbus
+        self.bus = BusWatcher(self.cfg.tailscale.socket, on_change=self._on_bus_change)
         if n.topic_links_interval > 0:
             monitor.set_topic_peers(frozenset())  # ping only what matters, from the first map on
             self.workers.append(Worker("overlay-topics", self.topics.cycle, n.topic_links_interval,
@@ -216,10 +222,35 @@ class OverlayNode:
         self.reporter.start()
         for w in self.workers:
             w.start()
+        self.bus.start()
 
     # ----- periodic work --------------------------------------------------------------------
+    def _on_bus_change(self, _kinds: Tuple[str, ...]) -> None:
+        """overlay-ipnbus: tailscaled said its state or a peer changed: read the status now."""
+        self._bus_woke.set()
+        self.poller.wake()
+
+    def _pace_poll(self) -> None:
+        """overlay-poll: read the status at bus_poll_rate while the IPN bus is open (the changes
+        it reports wake this thread, at most poll_rate times a second), else at poll_rate. The
+        status is still read periodically: a peer's path (direct/derp/peer-relay) is only there."""
+        n = self.cfg.node
+        rate = n.poll_rate
+        if n.bus_poll_rate > 0 and self.bus.connected:
+            rate = min(rate, n.bus_poll_rate)
+        if 1.0 / rate != self.poller.period_s:
+            self.poller.period_s = 1.0 / rate
+            self.m.stale_after_s = max(3.0 / rate, 1.5)
+        if self._bus_woke.is_set():
+            self._bus_woke.clear()
+            early = self._last_poll + 1.0 / n.poll_rate - time.monotonic()
+            if early > 0:  # a burst of bus notifications: not faster than poll_rate
+                time.sleep(early)
+        self._last_poll = time.monotonic()
+
     def _poll_cycle(self) -> None:
         """overlay-poll: read tailscaled, queue path changes and log lines, wake the reporter."""
+        self._pace_poll()
         changes = self.m.poll()
         if changes:
             now = rospy.Time.now()
@@ -401,6 +432,7 @@ class OverlayNode:
             w.stop()
         children.kill_all()
         self.topics.close()
+        self.bus.stop()
         self.m.close()
         self.log.close()
 

@@ -19,6 +19,7 @@ socket); ``start()`` serves again on the same path.
 import copy
 import json
 import os
+import queue
 import socketserver
 import tempfile
 import threading
@@ -60,9 +61,11 @@ class FakeTailscaled:
             ping_direct.json whatever the ip.
         record_requests: keep every request in ``requests`` (off for long benchmarks, where
             ``counts`` alone is kept: method+endpoint -> number of requests).
+        ipn_bus: serve GET /localapi/v0/watch-ipn-bus (chunked JSON lines: {"State": 6} at once,
+            then every object given to ``notify``); off = 404 like an old tailscaled.
     """
 
-    def __init__(self, status=None, ping_for=None, record_requests=True) -> None:
+    def __init__(self, status=None, ping_for=None, record_requests=True, ipn_bus=False) -> None:
         self.dir = tempfile.mkdtemp(prefix="fake-ts-")
         self.socket_path = os.path.join(self.dir, "tailscaled.sock")
         self.status = status if status is not None else recorded("status_direct.json")
@@ -75,6 +78,9 @@ class FakeTailscaled:
         self.counts = {}
         self._lock = threading.Lock()
         self._closing = threading.Event()
+        self.ipn_bus = ipn_bus
+        self._bus_queues = []       # one queue per open watch-ipn-bus stream
+        self._generation = 0        # bumped by stop(): open streams end like tailscaled's would
         fake = self
 
         def note(method, path, host):
@@ -120,11 +126,40 @@ class FakeTailscaled:
                 # "close": nothing at all
                 return True
 
+            def _bus(self):
+                """watch-ipn-bus: chunked JSON lines until stop() or close()."""
+                generation = fake._generation
+                q = queue.Queue()
+                with fake._lock:
+                    fake._bus_queues.append(q)
+                self.close_connection = True
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Transfer-Encoding", "chunked")
+                self.end_headers()
+                try:
+                    q.put({"State": 6})
+                    while not fake._closing.is_set() and generation == fake._generation:
+                        try:
+                            obj = q.get(timeout=0.2)
+                        except queue.Empty:
+                            continue
+                        line = json.dumps(obj).encode() + b"\n"
+                        self.wfile.write(b"%x\r\n%s\r\n" % (len(line), line))
+                        self.wfile.flush()
+                except OSError:
+                    pass
+                finally:
+                    with fake._lock:
+                        fake._bus_queues.remove(q)
+
             def do_GET(self):
                 note("GET", self.path, self.headers.get("Host"))
                 if self._misbehave():
                     return
-                if self.path == "/localapi/v0/status":
+                if self.path.startswith("/localapi/v0/watch-ipn-bus") and fake.ipn_bus:
+                    self._bus()
+                elif self.path == "/localapi/v0/status":
                     self._send(200, fake.status)
                 elif self.path == "/localapi/v0/prefs":
                     self._send(200, fake.prefs)
@@ -159,8 +194,15 @@ class FakeTailscaled:
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
         self.thread.start()
 
+    def notify(self, obj: dict) -> None:
+        """Send one ipn.Notify object to every open watch-ipn-bus stream."""
+        with self._lock:
+            for q in self._bus_queues:
+                q.put(obj)
+
     def stop(self) -> None:
         """tailscaled gone: stop serving and remove the socket (clients get 'no such socket')."""
+        self._generation += 1
         if self.server is not None:
             self.server.shutdown()
             self.server.server_close()

@@ -1,0 +1,131 @@
+"""The real node with tailscaled's IPN bus (fake tailscaled that serves watch-ipn-bus): while the
+bus is open the status is read at bus_poll_rate (2 Hz) instead of poll_rate (4 Hz), and a change
+on the bus makes the node read the status at once (not faster than poll_rate). Without the bus
+(an old tailscaled answers 404) the node reads at poll_rate."""
+import os
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import time
+
+import pytest
+import yaml
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "unit"))
+from tsfake import FakeTailscaled  # noqa: E402
+
+from overlay_manager.waiting import tail, wait_for  # noqa: E402
+
+pytestmark = pytest.mark.skipif(shutil.which("roscore") is None, reason="ROS not installed (scripts/setup)")
+STATUS, BUS = "GET /localapi/v0/status", "GET /localapi/v0/watch-ipn-bus"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def master(tmp_path_factory):
+    port = _free_port()
+    home = tmp_path_factory.mktemp("roshome")
+    env = dict(os.environ, ROS_MASTER_URI=f"http://127.0.0.1:{port}", ROS_IP="127.0.0.1", ROS_HOME=str(home))
+    env.pop("ROS_HOSTNAME", None)
+    proc = subprocess.Popen(["roscore", "-p", str(port)], env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, start_new_session=True)
+
+    def up() -> bool:
+        if proc.poll() is not None:
+            raise RuntimeError(f"roscore exited with {proc.returncode}")
+        with socket.socket() as s:
+            return s.connect_ex(("127.0.0.1", port)) == 0
+
+    try:
+        wait_for(f"roscore on port {port}", up, 30, fatal=(RuntimeError,))
+        yield env
+    finally:
+        os.killpg(proc.pid, 2)
+        try:
+            proc.wait(15)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, 9)
+
+
+def _node(env, tmp_path, fake, name):
+    cfg = tmp_path / "robot.yaml"
+    cfg.write_text(yaml.safe_dump({
+        "hostname": "robota", "login_server": "http://10.250.0.1:8080", "base_domain": "fleet.internal",
+        "master": "robota", "tailscale": {"socket": fake.socket_path, "cli": "/bin/false"},
+        "node": {"iperf_server": False, "netcheck_interval": 0, "preflight_interval": 0}}))
+    log = tmp_path / "node.log"
+    proc = subprocess.Popen(["rosrun", "overlay_manager", "overlay_manager_node", f"_config:={cfg}",
+                             f"__name:={name}"], env=env, stdout=open(log, "wb"), stderr=subprocess.STDOUT,
+                            start_new_session=True)
+    return proc, log
+
+
+def _stop(proc):
+    if proc.poll() is None:
+        os.killpg(proc.pid, 2)
+        try:
+            proc.wait(15)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, 9)
+            proc.wait(5)
+
+
+def _count(fake, key):
+    with fake._lock:
+        return fake.counts.get(key, 0)
+
+
+def _rate(fake, seconds):
+    n0, t0 = _count(fake, STATUS), time.monotonic()
+    time.sleep(seconds)
+    return (_count(fake, STATUS) - n0) / (time.monotonic() - t0)
+
+
+def test_bus_slows_the_poll_and_changes_are_read_at_once(master, tmp_path):
+    fake = FakeTailscaled(ipn_bus=True, record_requests=False)
+    proc, log = _node(master, tmp_path, fake, "om_bus_test")
+    try:
+        wait_for("the node to open the IPN bus", lambda: _count(fake, BUS) >= 1, 30, detail=lambda: tail(log))
+        wait_for("the node's first status reads", lambda: _count(fake, STATUS) >= 2, 30, detail=lambda: tail(log))
+        rate = _rate(fake, 4.0)
+        print(f"status reads with the bus open: {rate:.2f} /s")
+        assert 1.4 <= rate <= 2.8, f"expected about 2 status reads/s (bus_poll_rate) with the bus open, got {rate:.2f}"
+        delays = []
+        for i in range(6):
+            time.sleep(0.37 + 0.05 * i)  # land at different points of the 0.5 s poll period
+            n0 = _count(fake, STATUS)
+            t0 = time.monotonic()
+            fake.notify({"PeerChangedPatch": [{"NodeID": 2, "Online": i % 2 == 0}]})
+            wait_for("a status read after a bus notification", lambda: _count(fake, STATUS) > n0, 2.0,
+                     interval=0.005)
+            delays.append(time.monotonic() - t0)
+        print("bus notification -> status read: " + ", ".join(f"{d * 1000:.0f} ms" for d in delays))
+        # the plain 2 Hz poll would take 250 ms on average; the bus wakes the read at once (at
+        # most 250 ms after the previous read, the poll_rate limit)
+        assert statistics.median(delays) < 0.2, delays
+        assert max(delays) < 0.45, delays
+        assert proc.poll() is None, tail(log)
+    finally:
+        _stop(proc)
+        fake.close()
+
+
+def test_without_the_bus_the_node_polls_at_poll_rate(master, tmp_path):
+    fake = FakeTailscaled(ipn_bus=False, record_requests=False)
+    proc, log = _node(master, tmp_path, fake, "om_nobus_test")
+    try:
+        wait_for("the node's first status reads", lambda: _count(fake, STATUS) >= 2, 30, detail=lambda: tail(log))
+        rate = _rate(fake, 3.0)
+        print(f"status reads without the bus: {rate:.2f} /s")
+        assert 3.0 <= rate <= 5.0, f"expected about 4 status reads/s (poll_rate) without the bus, got {rate:.2f}"
+    finally:
+        _stop(proc)
+        fake.close()
