@@ -350,7 +350,7 @@ class OverlayDashboardWidget(QWidget):
             "address": _item(address, tooltip="\n".join([peer.dns_name, *peer.addresses])),
             "online": _item("yes" if peer.online else "no", int(peer.online)),
             "path": _item(peer.path, tooltip=fmt.path_description(peer.path)),
-            "where": _item(fmt.path_where(peer.path, peer.endpoint, peer.relay_region)),
+            "where": _item(fmt.peer_where(peer)),
             "latency": _item(fmt.format_latency(latency), -1.0 if fmt.is_nan(latency) else latency),
             "rx": _item(fmt.format_rate(rx), -1.0 if rx is None else rx),
             "tx": _item(fmt.format_rate(tx), -1.0 if tx is None else tx),
@@ -462,7 +462,7 @@ class OverlayDashboardWidget(QWidget):
             self.selected_value.setText("select a peer in the table")
             self.plot.set_samples("", [])
             return
-        where = fmt.path_where(peer.path, peer.endpoint, peer.relay_region)
+        where = fmt.peer_where(peer)
         busy = f" - {self._busy[name]} running" if name in self._busy else ""
         self.selected_value.setText(
             f"{peer.dns_name or name}: {peer.path}{f' ({where})' if where else ''}, "
