@@ -28,7 +28,7 @@ tailscaled, the ROS master or the log.
 | overlay-netcheck | ``refresh_nat`` every netcheck_interval s | `tailscale netcheck` child (bounded, dies with the node) |
 | overlay-preflight | ``preflight`` every preflight_interval s | DNS lookups, TCP connect to the master (2 s) |
 | overlay-iperf | keeps the iperf3 server running (every 2 s) | spawning iperf3 |
-| overlay-relay | ``refresh_relay`` every RELAY_INTERVAL_S: relay server on/off as the config's ``relay`` key says, its sessions | LocalAPI prefs and debug-peer-relay-sessions (bounded) |
+| overlay-relay | ``refresh_relay`` every RELAY_INTERVAL_S: relay server as ``relay`` says | LocalAPI (bounded) |
 | overlay-ipnbus | keeps tailscaled's IPN bus open; a state or peer change wakes overlay-poll (at most poll_rate) | reading the bus (stop() closes it) |
 | overlay-topics | topic-link map every topic_links_interval s, publishes ~topic_links (its pool: overlay-graph_N) | XML-RPC to the master and nodes (each call bounded: node_topics.XMLRPC_TIMEOUT_S) |
 | overlay-enrol | ``ensure_enrolled`` until it succeeds | LocalAPI, `tailscale up` child (bounded) |
