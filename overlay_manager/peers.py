@@ -25,8 +25,9 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, replace
-from datetime import datetime, timezone
 from typing import Any, Dict, Iterable, List, Mapping, MutableMapping, Optional, Tuple
+
+from .validation import parse_rfc3339
 
 PATH_UNKNOWN = "unknown"
 PATH_IDLE = "idle"
@@ -106,26 +107,12 @@ def parse_time(value: Any) -> float:
     """RFC 3339 time from Go's JSON -> POSIX seconds; 0.0 for zero, missing or malformed."""
     if not isinstance(value, str) or not value or value.startswith("0001-01-01"):
         return 0.0
-    text = value.strip()
-    if text.endswith("Z"):
-        text = text[:-1] + "+00:00"
-    # Python 3.11 accepts at most 6 fractional digits; Go prints up to 9.
-    if "." in text:
-        head, _, rest = text.partition(".")
-        digits = ""
-        tail = ""
-        for i, ch in enumerate(rest):
-            if not ch.isdigit():
-                tail = rest[i:]
-                break
-            digits += ch
-        text = f"{head}.{digits[:6].ljust(6, '0')}{tail}"
+    dt = parse_rfc3339(value)
+    if dt is None:
+        return 0.0
     try:
-        dt = datetime.fromisoformat(text)
-        if dt.tzinfo is None:
-            dt = dt.replace(tzinfo=timezone.utc)
         ts = dt.timestamp()
-    except (ValueError, OverflowError, OSError):
+    except (OverflowError, OSError):
         return 0.0
     return ts if 0.0 < ts <= TIME_MAX else 0.0
 

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import List, Optional, Tuple
 
-from .config import ConfigError, RobotConfig, load_robot_config
+from .config import ConfigError, RobotConfig, load_robot_config, require_config_file
 
 DEFAULT_CONFIG = "/etc/overlay_manager/robot.yaml"
 CONFIG_ENV = "OVERLAY_MANAGER_CONFIG"
@@ -112,8 +112,9 @@ def install_ca(cfg: RobotConfig) -> str:
     """Copy cfg.ca_cert into the system trust store (Debian/Ubuntu; needs root). Returns a message."""
     if not cfg.ca_cert:
         raise ConfigError(cfg.source, "ca_cert", "not set; nothing to install")
+    source = require_config_file(cfg, "ca_cert")  # ConfigError naming the file and key
     target = f"/usr/local/share/ca-certificates/overlay_manager-{cfg.base_domain}.crt"
-    shutil.copyfile(cfg.ca_cert, target)
+    shutil.copyfile(source, target)
     subprocess.run(["update-ca-certificates"], check=True, capture_output=True)
     return f"installed {cfg.ca_cert} as {target}; restart tailscaled so it trusts the fleet CA"
 
