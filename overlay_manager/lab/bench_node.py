@@ -2,7 +2,7 @@
 
     source "$(bash scripts/build)/devel/setup.bash"
     sudo -E scripts/bench_node [--trials 3] [--cpu-seconds 60] [--peers 10,100,500,1000]
-                               [--topic-peers 5] [--skip-path|--skip-cpu]
+                               [--topic-peers 5] [--no-ipn-bus] [--skip-path|--skip-cpu]
 
 1. Path-change latency (config/lab/two_buildings.yaml, a fresh lab run). robot.launch on robot1
    (master) and laptop, direct path proved with ~ping_peer, ICMP pings over the overlay from the
@@ -21,6 +21,9 @@
    where a few robots stream to an operator: their overlay IPs are added to lo, one publisher
    per peer advertises itself on its peer's overlay IP and one subscriber on the node's machine
    listens, so the node's topic-link map finds those peers (and pings only them and the master).
+   Their byte counters and LastWrite grow every 0.5 s as a real tailscaled's do while they
+   stream. The fake serves tailscaled's IPN bus (watch-ipn-bus), as v1.102.5 does, unless
+   ``--no-ipn-bus`` (then the node reads the status at poll_rate).
    /proc/<pid>/stat and /proc/<pid>/status are sampled every second.
 
 Writes artifacts/bench_node.json and prints a markdown table. Everything it starts is stopped by
@@ -35,7 +38,6 @@ import math
 import os
 import shutil
 import signal
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -43,6 +45,9 @@ import threading
 import time
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence
+
+from ..stats import percentile, summary
+from ..waiting import tail
 
 REPO = Path(__file__).resolve().parents[2]
 PY = "/usr/bin/python3"
@@ -230,10 +235,8 @@ class LineWatcher:
 
 
 def _tail(path: Path, n: int = 30) -> str:
-    try:
-        return "\n".join(path.read_text(errors="replace").splitlines()[-n:])
-    except OSError as exc:
-        return f"({exc})"
+    """The last ``n`` lines of a log, one per line (overlay_manager.waiting.tail)."""
+    return tail(path, n, sep="\n")
 
 
 def path_bench(trials: int, timeout: float, settle: float) -> Dict[str, Any]:
@@ -426,7 +429,8 @@ def _stop_group(proc: subprocess.Popen, what: str, grace: float = 10.0) -> None:
             say(f"{what} (pid {proc.pid}) still running after {sig.name}")
 
 
-def cpu_bench(n_peers: int, seconds: float, warmup: float, topic_peers: int = 5) -> Dict[str, Any]:
+def cpu_bench(n_peers: int, seconds: float, warmup: float, topic_peers: int = 5,
+              ipn_bus: bool = True) -> Dict[str, Any]:
     """Run the node against a fake tailscaled with n_peers peers, topic_peers of which stream a
     topic to this machine; sample the node's CPU and RSS."""
     sys.path.insert(0, str(REPO / "test" / "unit"))
@@ -437,13 +441,16 @@ def cpu_bench(n_peers: int, seconds: float, warmup: float, topic_peers: int = 5)
     tmp = Path(tempfile.mkdtemp(prefix="bench-node-"))
     etc = Path("/etc/netns") / ns
     port = 11311  # the namespace is new: every port is free
-    fake = FakeTailscaled(status=status, ping_for=fake_ping_for(status), record_requests=False)
+    fake = FakeTailscaled(status=status, ping_for=fake_ping_for(status), record_requests=False,
+                          ipn_bus=ipn_bus)
+    streaming = threading.Event()  # set while the topic peers' counters grow
     procs: List[subprocess.Popen] = []
     res: Dict[str, Any] = {"peers": n_peers, "seconds": seconds, "warmup_s": warmup, "namespace": ns,
                            "settings": {"poll_rate": 4.0, "publish_rate": 1.0, "ping_interval": 5.0,
                                         "preflight_interval": 30.0, "netcheck_interval": 60.0,
                                         "iperf_server": False, "manage_hosts": False},
-                           "status_json_bytes": len(json.dumps(status)), "topic_peers": topic_peers}
+                           "status_json_bytes": len(json.dumps(status)), "topic_peers": topic_peers,
+                           "ipn_bus": ipn_bus}
     created = False
     try:
         subprocess.run(["ip", "netns", "add", ns], check=True)
@@ -520,6 +527,18 @@ def cpu_bench(n_peers: int, seconds: float, warmup: float, topic_peers: int = 5)
             raise RuntimeError(f"pid {node.pid} is not the node: {cmd}")
         say(f"[{n_peers} peers] node pid {node.pid} publishes {len(got['msg']['peers'])} peers ({paths}); "
             f"warm-up {warmup:.0f} s, then sampling for {seconds:.0f} s")
+        streamers = list(status["Peer"].values())[:topic_peers]
+
+        def grow() -> None:  # as tailscaled's counters grow while those peers stream to us
+            while streaming.wait(0.5) and not fake._closing.is_set():
+                with fake._lock:
+                    for p in streamers:
+                        p["RxBytes"] = int(p.get("RxBytes") or 0) + 10_000
+                        p["TxBytes"] = int(p.get("TxBytes") or 0) + 500
+                        p["LastWrite"] = time.strftime("%Y-%m-%dT%H:%M:%S.000000000Z", time.gmtime())
+
+        streaming.set()
+        threading.Thread(target=grow, name="bench-counters", daemon=True).start()
         time.sleep(warmup)
         with fake._lock:
             counts0 = dict(fake.counts)
@@ -540,9 +559,9 @@ def cpu_bench(n_peers: int, seconds: float, warmup: float, topic_peers: int = 5)
             pid=node.pid, wall_s=wall, samples=len(samples),
             cpu_mean_pct=100.0 * (samples[-1]["ticks"] - samples[0]["ticks"]) / hz / wall,
             cpu_max_1s_pct=max(per_s) if per_s else math.nan,
-            cpu_p50_1s_pct=statistics.median(per_s) if per_s else math.nan,
+            cpu_p50_1s_pct=percentile(per_s, 50) if per_s else math.nan,
             rss_max_mib=max(s["rss_kib"] for s in samples) / 1024.0,
-            rss_mean_mib=statistics.mean(s["rss_kib"] for s in samples) / 1024.0,
+            rss_mean_mib=summary([s["rss_kib"] for s in samples])["mean"] / 1024.0,
             rss_first_mib=samples[0]["rss_kib"] / 1024.0, rss_last_mib=samples[-1]["rss_kib"] / 1024.0,
             vm_hwm_mib=samples[-1]["hwm_kib"] / 1024.0, threads=samples[-1]["threads"],
             localapi_requests_per_s=req, peer_paths=sorted(paths))
@@ -553,6 +572,7 @@ def cpu_bench(n_peers: int, seconds: float, warmup: float, topic_peers: int = 5)
         if created:
             subprocess.run(["ip", "netns", "del", ns], check=False)
         shutil.rmtree(etc, ignore_errors=True)
+        streaming.clear()
         fake.close()
         res["logs_tail"] = {n: _tail(tmp / n, 8) for n in ("node.log",)}
         shutil.rmtree(tmp, ignore_errors=True)
@@ -562,20 +582,13 @@ def cpu_bench(n_peers: int, seconds: float, warmup: float, topic_peers: int = 5)
 # ================================================================================================
 # report
 # ================================================================================================
-def _stats(xs: List[float]) -> Dict[str, float]:
-    if not xs:
-        return {"n": 0}
-    return {"n": len(xs), "mean": statistics.mean(xs), "min": min(xs), "max": max(xs),
-            "median": statistics.median(xs)}
-
-
 def summarize_path(p: Dict[str, Any]) -> Dict[str, Any]:
     out = {}
     for phase in ("block", "unblock"):
         recs = [t[phase] for t in p.get("trials", []) if phase in t and "node_latency_s" in t[phase]]
-        out[phase] = {"node_latency_s": _stats([r["node_latency_s"] for r in recs]),
-                      "node_stamp_latency_s": _stats([r["node_stamp_latency_s"] for r in recs]),
-                      "tailscaled_s": _stats([r["tailscaled_s"] for r in recs])}
+        out[phase] = {"node_latency_s": summary([r["node_latency_s"] for r in recs]),
+                      "node_stamp_latency_s": summary([r["node_stamp_latency_s"] for r in recs]),
+                      "tailscaled_s": summary([r["tailscaled_s"] for r in recs])}
     return out
 
 
@@ -600,7 +613,8 @@ def table(result: Dict[str, Any]) -> str:
     for c in result.get("cpu", []):
         if "cpu_mean_pct" in c:
             lines.append(f"| node CPU / RSS | {c['peers']} peers ({c.get('topic_peers', 0)} streaming to this "
-                         f"machine), fake tailscaled, {c['wall_s']:.0f} s, defaults (poll 4 Hz, publish 1 Hz, "
+                         f"machine), fake tailscaled {'with' if c.get('ipn_bus') else 'without'} IPN bus, "
+                         f"{c['wall_s']:.0f} s, defaults (poll 4 Hz, 2 Hz with the bus, publish 1 Hz, "
                          f"ping 5 s) | CPU mean {c['cpu_mean_pct']:.1f} % "
                          f"of one core (1-s max {c['cpu_max_1s_pct']:.0f} %), RSS max {c['rss_max_mib']:.1f} MiB |")
         else:
@@ -634,6 +648,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     ap.add_argument("--cpu-seconds", type=float, default=60.0, help="sampling window per peer count")
     ap.add_argument("--warmup", type=float, default=5.0, help="seconds after the node is up before sampling")
     ap.add_argument("--peers", default="10,100,500,1000", help="peer counts for the CPU benchmark (comma list)")
+    ap.add_argument("--no-ipn-bus", action="store_true",
+                    help="the fake tailscaled does not serve watch-ipn-bus (like tailscaled before the bus)")
     ap.add_argument("--topic-peers", type=int, default=5,
                     help="how many of the peers stream a topic to the node's machine (default 5)")
     ap.add_argument("--skip-path", action="store_true")
@@ -676,7 +692,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         result["cpu"] = []
         for n in [int(x) for x in a.peers.split(",") if x.strip()]:
             try:
-                result["cpu"].append(cpu_bench(n, a.cpu_seconds, a.warmup, a.topic_peers))
+                result["cpu"].append(cpu_bench(n, a.cpu_seconds, a.warmup, a.topic_peers, not a.no_ipn_bus))
             except Exception as exc:  # noqa: BLE001 - report it and go on with the next size
                 say(f"[{n} peers] failed: {exc}")
                 result["cpu"].append({"peers": n, "error": str(exc)})

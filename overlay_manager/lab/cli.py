@@ -77,8 +77,8 @@ def _parser() -> argparse.ArgumentParser:
 def _print_status(s: dict) -> None:
     print(f"run {s['run_id']} ({s['phase']}), workdir {s['workdir']}, headscale {s['server_url']}")
     hs = s["processes"].get("headscale")
-    print(f"  control   {s['control']['namespace']:<24} {s['control']['address']:<15} headscale "
-          f"{'running pid %d' % hs['pid'] if hs and hs['alive'] else 'stopped'}")
+    headscale = f"running pid {hs['pid']}" if hs and hs["alive"] else "stopped"
+    print(f"  control   {s['control']['namespace']:<24} {s['control']['address']:<15} headscale {headscale}")
     for name, b in s["buildings"].items():
         flags = [f for f in ("udp_blocked", "cut") if b.get(f)]
         print(f"  building  {b['namespace']:<24} {b['public_address']:<15} {name}: NAT {b['nat']}, "

@@ -16,13 +16,13 @@ from __future__ import annotations
 
 import argparse
 import signal
-import statistics
 import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional
 
+from ..stats import percentile, summary
 from . import robots
 from .core import REPO_ROOT, Lab, missing_prerequisites
 from .errors import LabError
@@ -163,7 +163,7 @@ class Demo:
             rate = len(frames) / TICK_S
             rates.append((now, rate))
             lats = [f["lat_ms"] for f in frames if f.get("lat_ms") is not None]
-            cam = f"{rate:5.1f} Hz, latency {statistics.median(lats):6.1f} ms" if lats else f"{rate:5.1f} Hz"
+            cam = f"{rate:5.1f} Hz, latency {percentile(lats, 50):6.1f} ms" if lats else f"{rate:5.1f} Hz"
             views = {}
             for who, peer in ((LAPTOP, ROBOT), (ROBOT, LAPTOP)):
                 ev = next((e for e in reversed(self.rec.events) if e["ev"] == "peers" and e["node"] == node(who)
@@ -177,7 +177,7 @@ class Demo:
                 break
         start = rate_from() if rate_from else 0.0
         used = [r for t, r in rates if t - TICK_S >= start] or [r for _, r in rates]
-        return statistics.mean(used) if used else 0.0
+        return summary(used)["mean"] if used else 0.0
 
     def teardown(self) -> None:
         """Always: stop the recorder and ROS processes by pid, unblock, take the lab down."""

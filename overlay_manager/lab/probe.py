@@ -28,7 +28,9 @@ import signal
 import sys
 import threading
 import time
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional
+
+from ..stats import latency_stats, rate_stats
 
 
 def to_dict(msg: Any) -> Any:
@@ -55,32 +57,6 @@ def load_type(name: str, kind: str = "msg") -> Any:
 def _out(data: Any) -> None:
     sys.stdout.write(json.dumps(data) + "\n")
     sys.stdout.flush()
-
-
-def percentile(values: Sequence[float], q: float) -> Optional[float]:
-    """The q-th percentile (0..100) of values by linear interpolation; None when empty."""
-    xs = sorted(values)
-    if not xs:
-        return None
-    k = (len(xs) - 1) * q / 100.0
-    lo, hi = int(math.floor(k)), int(math.ceil(k))
-    return xs[lo] + (xs[hi] - xs[lo]) * (k - lo)
-
-
-def rate_stats(times: Sequence[float], seconds: float) -> Dict[str, Any]:
-    """Arrival times (s) in a window of ``seconds`` -> count, rate_hz (count/seconds),
-    span_rate_hz ((n-1)/(last-first): insensitive to where the window edges fall), max_gap_s."""
-    gaps = [b - a for a, b in zip(times, times[1:])]
-    span = times[-1] - times[0] if len(times) > 1 else 0.0
-    return {"count": len(times), "seconds": seconds, "rate_hz": len(times) / seconds if seconds else None,
-            "span_rate_hz": (len(times) - 1) / span if span > 0 else None,
-            "max_gap_s": max(gaps) if gaps else None}
-
-
-def latency_stats(lat_ms: Sequence[float]) -> Dict[str, Any]:
-    """Latencies in ms -> p50/p99/max (None when empty)."""
-    return {"latency_p50_ms": percentile(lat_ms, 50), "latency_p99_ms": percentile(lat_ms, 99),
-            "latency_max_ms": max(lat_ms) if lat_ms else None}
 
 
 def _fail(what: str, detail: str = "") -> int:
@@ -271,9 +247,17 @@ def _nodes(rospy: Any, spec: Dict[str, Any], timeout: float) -> int:
     return 0
 
 
-def _control(rospy: Any, args: Any) -> int:
-    """Publish Twist at args.rate on args.out (linear.x = sequence number, linear.y = send time,
-    CLOCK_MONOTONIC), match each echo on args.echo and report round-trip percentiles."""
+def control_round_trip(rospy: Any, out_topic: str, echo_topic: str, rate_hz: float, seconds: float,
+                       timeout: float) -> Optional[Dict[str, Any]]:
+    """The Twist round trip through an echo (rosnodes.py ``echo``), measured for ``seconds``.
+
+    Publishes geometry_msgs/Twist at ``rate_hz`` on ``out_topic`` (linear.x = sequence number,
+    linear.y = send time, CLOCK_MONOTONIC) and matches each echo on ``echo_topic``. Warm-up: send
+    until the first echo returns (at most ``timeout`` s; None if none does), then 1 s more; echoes
+    up to 1 s after the window still count. Returns ``sent``, ``received``, ``rate_hz``,
+    ``seconds``, ``rtt_p50_ms``/``rtt_p99_ms``/``rtt_max_ms`` (stats.latency_stats),
+    ``rtt_min_ms`` and the window ``t_start``/``t_end`` (CLOCK_MONOTONIC s).
+    """
     from geometry_msgs.msg import Twist
 
     sent: Dict[int, float] = {}
@@ -289,16 +273,16 @@ def _control(rospy: Any, args: Any) -> int:
         if t0 is not None and measuring.is_set():
             rtts.append((now - t0) * 1000.0)
 
-    pub = rospy.Publisher(args.out, Twist, queue_size=100, tcp_nodelay=True)
-    rospy.Subscriber(args.echo, Twist, cb, queue_size=100, tcp_nodelay=True)
-    period = 1.0 / args.rate
+    pub = rospy.Publisher(out_topic, Twist, queue_size=100, tcp_nodelay=True)
+    sub = rospy.Subscriber(echo_topic, Twist, cb, queue_size=100, tcp_nodelay=True)
+    period = 1.0 / rate_hz
     seq = 0
 
-    def send_for(seconds: float, stop: Optional[threading.Event] = None) -> int:
+    def send_for(duration: float, stop: Optional[threading.Event] = None) -> int:
         nonlocal seq
         n = 0
         nxt = time.monotonic()
-        end = nxt + seconds
+        end = nxt + duration
         while time.monotonic() < end and not (stop is not None and stop.is_set()):
             seq += 1
             msg = Twist()
@@ -312,18 +296,32 @@ def _control(rospy: Any, args: Any) -> int:
             time.sleep(max(0.0, nxt - time.monotonic()))
         return n
 
-    send_for(args.timeout, stop=first)  # warm up until the first echo comes back (connections made)
-    if not first.is_set():
+    try:
+        send_for(timeout, stop=first)  # warm up until the first echo comes back (connections made)
+        if not first.is_set():
+            return None
+        send_for(1.0)
+        sent.clear()
+        measuring.set()
+        t_start = time.monotonic()
+        n = send_for(seconds)
+        t_end = time.monotonic()
+        time.sleep(1.0)  # late echoes
+        measuring.clear()
+    finally:
+        sub.unregister()
+        pub.unregister()
+    return {"sent": n, "received": len(rtts), "rate_hz": rate_hz, "seconds": seconds,
+            **latency_stats(rtts, "rtt"), "rtt_min_ms": min(rtts) if rtts else None,
+            "t_start": t_start, "t_end": t_end}
+
+
+def _control(rospy: Any, args: Any) -> int:
+    """``probe control``: :func:`control_round_trip` with the command line's topics and rate."""
+    res = control_round_trip(rospy, args.out, args.echo, args.rate, args.seconds, args.timeout)
+    if res is None:
         return _fail(f"the first echo on {args.echo} of Twist sent on {args.out}")
-    send_for(1.0)
-    sent.clear()
-    measuring.set()
-    n = send_for(args.seconds)
-    time.sleep(1.0)  # late echoes
-    measuring.clear()
-    _out({"ok": True, "sent": n, "received": len(rtts), "rate_hz": args.rate, "seconds": args.seconds,
-          "rtt_p50_ms": percentile(rtts, 50), "rtt_p99_ms": percentile(rtts, 99),
-          "rtt_max_ms": max(rtts) if rtts else None, "rtt_min_ms": min(rtts) if rtts else None})
+    _out({"ok": True, **res})
     return 0
 
 

@@ -19,12 +19,15 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
 
+from ..waiting import tail
+from .core import Lab
 from .errors import LabError
+from .system import wait_for
 
 REPO = Path(__file__).resolve().parents[2]
 
 
-def ros_env(lab: Any, host: str) -> Dict[str, str]:
+def ros_env(lab: Lab, host: str) -> Dict[str, str]:
     """Per-host ROS_HOME/ROS_LOG_DIR so hosts do not share logs or roscore state."""
     home = Path(lab.host_dir(host)) / "ros"
     home.mkdir(parents=True, exist_ok=True)
@@ -43,7 +46,7 @@ def launch_command(config: Path, master: bool, wait_master_s: float = 90.0,
             f"manage_hosts:=true iperf_server:=true {args}").strip()
 
 
-def start_robot(lab: Any, host: str, master: bool, launch_args: Sequence[str] = (),
+def start_robot(lab: Lab, host: str, master: bool, launch_args: Sequence[str] = (),
                 wait_master_s: float = 90.0) -> subprocess.Popen:
     """roslaunch robot.launch on host (the master host also gets roscore from roslaunch)."""
     cfg = Path(lab.robot_yaml(host))
@@ -58,12 +61,12 @@ def _python() -> str:
     return sys.executable if sys.executable.startswith("/usr/bin") else "/usr/bin/python3"
 
 
-def overlay_env_line(lab: Any, host: str) -> str:
+def overlay_env_line(lab: Lab, host: str) -> str:
     """``eval "$(rosrun overlay_manager overlay_env --config ...)"``: the host's ROS env in overlay names."""
     return f'eval "$(rosrun overlay_manager overlay_env --config {shlex.quote(str(lab.robot_yaml(host)))})"'
 
 
-def start_tool(lab: Any, host: str, module_args: Sequence[str], name: str,
+def start_tool(lab: Lab, host: str, module_args: Sequence[str], name: str,
                env: Optional[Mapping[str, str]] = None) -> subprocess.Popen:
     """Start ``python3 -m overlay_manager.lab.<module_args>`` on host in the background with the
     host's ROS env from overlay_env (as a user starts a node there); log in host_dir/<name>.log.
@@ -75,13 +78,13 @@ def start_tool(lab: Any, host: str, module_args: Sequence[str], name: str,
     return lab.popen(host, ["bash", "-c", line], env=full_env, log=Path(lab.host_dir(host)) / f"{name}.log")
 
 
-def start_camera(lab: Any, host: str, topic: str = "/camera/image_raw", rate_hz: float = 30.0) -> subprocess.Popen:
+def start_camera(lab: Lab, host: str, topic: str = "/camera/image_raw", rate_hz: float = 30.0) -> subprocess.Popen:
     """The lab camera (640x480 rgb8 sensor_msgs/Image at rate_hz) on host."""
     return start_tool(lab, host, ["rosnodes", "camera", "--topic", topic, "--rate", str(rate_hz)],
                       f"camera{topic.replace('/', '_')}")
 
 
-def start_echo(lab: Any, host: str) -> subprocess.Popen:
+def start_echo(lab: Lab, host: str) -> subprocess.Popen:
     """The Twist echo (/cmd_vel -> /cmd_vel_echo) on host."""
     return start_tool(lab, host, ["rosnodes", "echo"], "twist_echo")
 
@@ -96,7 +99,7 @@ class Recorder:
         rec.stop(); rec.events
     """
 
-    def __init__(self, lab: Any, host: str, image: str = "", nodes: Sequence[str] = (), name: str = "record") -> None:
+    def __init__(self, lab: Lab, host: str, image: str = "", nodes: Sequence[str] = (), name: str = "record") -> None:
         self.lab, self.host = lab, host
         self.path = Path(lab.host_dir(host)) / f"{name}.jsonl"
         self.path.write_text("")
@@ -126,10 +129,9 @@ class Recorder:
 
     def wait(self, what: str, pred: Callable[[Dict[str, Any]], bool], timeout: float,
              since: float = 0.0) -> Dict[str, Any]:
-        """The first event (with t >= since) satisfying pred; LabError naming what on timeout or
-        when the recorder died."""
-        deadline = time.monotonic() + timeout
-        while True:
+        """The first event (with t >= since) satisfying pred; LabTimeout naming what (with the
+        frame count and the last events) after ``timeout`` s, LabError when the recorder died."""
+        def found() -> Optional[Dict[str, Any]]:
             self.read()
             for ev in self.events:
                 if ev["t"] >= since and pred(ev):
@@ -137,19 +139,18 @@ class Recorder:
             if self.proc.poll() is not None:
                 raise LabError(f"recorder on {self.host} exited ({self.proc.returncode}) while waiting for {what}; "
                                f"log {self.proc_log_tail()}")
-            if time.monotonic() >= deadline:
-                last = [e for e in self.events if e["ev"] != "frame"][-5:]
-                frames = [e for e in self.events if e["ev"] == "frame"]
-                raise LabError(f"timed out after {timeout:g}s waiting for {what} on {self.host}; "
-                               f"{len(frames)} frames so far, last events: {json.dumps(last)[:1500]}")
-            time.sleep(0.1)
+            return None
+
+        def seen() -> str:
+            last = [e for e in self.events if e["ev"] != "frame"][-5:]
+            frames = [e for e in self.events if e["ev"] == "frame"]
+            return f"{len(frames)} frames so far, last events: {json.dumps(last)[:1500]}"
+
+        return wait_for(f"{what} on {self.host}", found, timeout, interval=0.1, detail=seen)
 
     def proc_log_tail(self) -> str:
-        log = Path(self.lab.host_dir(self.host)) / f"{self.path.stem}.log"
-        try:
-            return " | ".join(log.read_text(errors="replace").splitlines()[-8:])
-        except OSError:
-            return "(no log)"
+        """The last 8 lines of the recorder's own log (its stderr)."""
+        return tail(Path(self.lab.host_dir(self.host)) / f"{self.path.stem}.log", 8)
 
     def frames(self, start: float = 0.0, end: float = float("inf")) -> List[Dict[str, Any]]:
         """Frame events with start <= t < end."""
@@ -171,7 +172,7 @@ class Recorder:
         self.read()
 
 
-def run_probe(lab: Any, host: str, args: Sequence[str], timeout: float = 60.0,
+def run_probe(lab: Lab, host: str, args: Sequence[str], timeout: float = 60.0,
               env: Optional[Mapping[str, str]] = None) -> Dict[str, Any]:
     """Run probe.py in host's namespace with the ROS env in overlay names; returns its JSON.
 
@@ -197,15 +198,15 @@ def json_result(res: subprocess.CompletedProcess, what: str) -> Dict[str, Any]:
     raise LabError(f"{what} printed no result (exit {res.returncode}): {res.stderr.strip()[-1500:]}")
 
 
-def print_launch_logs(lab: Any, hosts: Sequence[str], lines: int = 40, name: str = "robot.launch.log") -> None:
+def print_launch_logs(lab: Lab, hosts: Sequence[str], lines: int = 40, name: str = "robot.launch.log") -> None:
     """Print the tail of each host's log file (for a failing fixture's output)."""
     for h in hosts:
         log = Path(lab.host_dir(h)) / name
         if log.exists():
-            print(f"---- {h} {name} (tail)\n" + "\n".join(log.read_text(errors="replace").splitlines()[-lines:]))
+            print(f"---- {h} {name} (tail)\n" + tail(log, lines, sep="\n"))
 
 
-def start_master_then(lab: Any, master: str, others: Sequence[str], procs: list,
+def start_master_then(lab: Lab, master: str, others: Sequence[str], procs: list,
                       timeout: float = 120.0) -> None:
     """robot.launch on master (roscore there), wait for its ~peers; then on each of others and
     wait until each lists at least one peer. Started processes are appended to procs as they
@@ -218,13 +219,13 @@ def start_master_then(lab: Any, master: str, others: Sequence[str], procs: list,
         peers(lab, h, min_peers=1, timeout=timeout, node=f"/{h}/overlay_manager")
 
 
-def call(lab: Any, host: str, service: str, srv_type: str, timeout: float = 60.0, **fields: Any) -> Dict[str, Any]:
+def call(lab: Lab, host: str, service: str, srv_type: str, timeout: float = 60.0, **fields: Any) -> Dict[str, Any]:
     """Call a ROS service from host; returns the response as a dict."""
     return run_probe(lab, host, ["call", service, srv_type, json.dumps(fields), "--timeout", str(timeout)],
                      timeout=timeout)["msg"]
 
 
-def peers(lab: Any, host: str, min_peers: int = 0, where: str = "", timeout: float = 60.0,
+def peers(lab: Lab, host: str, min_peers: int = 0, where: str = "", timeout: float = 60.0,
           node: str = "/overlay_manager") -> Dict[str, Any]:
     """The latest ~peers of the node on host (waits for min_peers and the where expression)."""
     args = ["peers", "--node", node, "--min-peers", str(min_peers), "--timeout", str(timeout)]
@@ -233,7 +234,7 @@ def peers(lab: Any, host: str, min_peers: int = 0, where: str = "", timeout: flo
     return run_probe(lab, host, args, timeout=timeout)["msg"]
 
 
-def status(lab: Any, host: str, where: str = "", timeout: float = 60.0,
+def status(lab: Lab, host: str, where: str = "", timeout: float = 60.0,
            node: str = "/overlay_manager") -> Dict[str, Any]:
     """The latest ~status of the node on host (waits for the where expression on dict m)."""
     args = ["status", "--node", node, "--timeout", str(timeout)]
@@ -242,7 +243,7 @@ def status(lab: Any, host: str, where: str = "", timeout: float = 60.0,
     return run_probe(lab, host, args, timeout=timeout)["msg"]
 
 
-def stop(lab: Any, proc: subprocess.Popen, timeout: float = 15.0) -> None:
+def stop(lab: Lab, proc: subprocess.Popen, timeout: float = 15.0) -> None:
     """Stop a roslaunch started by start_robot (SIGINT to its group, then SIGKILL), by pid."""
     import os
     import signal

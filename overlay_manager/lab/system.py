@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 from typing import IO, Callable, Mapping, Sequence, TypeVar
 
+from .. import waiting
 from .errors import CommandError, LabError, LabTimeout
 
 NETNS_RUN_DIR = Path("/run/netns")
@@ -44,32 +45,9 @@ def ns_argv(ns: str | None, argv: Sequence[str]) -> list[str]:
 
 def wait_for(what: str, check: Callable[[], T | None], timeout: float, interval: float = 0.1,
              detail: Callable[[], str] | None = None) -> T:
-    """Poll ``check`` until it returns a truthy value; LabTimeout naming ``what`` otherwise.
-
-    ``timeout`` and ``interval`` are seconds. A LabError from ``check`` is final (e.g. "the daemon
-    exited") and propagates at once; other exceptions count as "not yet" and the last one is
-    reported on timeout; ``detail`` adds the last state seen to the message.
-    """
-    deadline = time.monotonic() + timeout
-    last_exc: BaseException | None = None
-    while True:
-        try:
-            result = check()
-            if result:
-                return result
-        except LabError:
-            raise
-        except Exception as exc:  # noqa: BLE001 - reported below if the wait times out
-            last_exc = exc
-        if time.monotonic() >= deadline:
-            extra = f"; last error: {last_exc}" if last_exc else ""
-            if detail is not None:
-                try:
-                    extra += f"; last state: {detail()}"
-                except Exception as exc:  # noqa: BLE001
-                    extra += f"; (state unavailable: {exc})"
-            raise LabTimeout(f"timed out after {timeout:g}s waiting for {what}{extra}")
-        time.sleep(interval)
+    """:func:`overlay_manager.waiting.wait_for` for the lab: LabTimeout when ``timeout`` seconds
+    pass, and a LabError from ``check`` (e.g. "the daemon exited") ends the wait at once."""
+    return waiting.wait_for(what, check, timeout, interval, detail, fatal=(LabError,), error=LabTimeout)
 
 
 def run(argv: Sequence[str], ns: str | None = None, *, echo: Echo = default_echo,

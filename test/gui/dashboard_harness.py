@@ -13,7 +13,6 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 import xmlrpc.client
 from pathlib import Path
 from typing import Callable, Dict, Iterator, Optional
@@ -21,26 +20,31 @@ from typing import Callable, Dict, Iterator, Optional
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
 ARTIFACTS = REPO / "artifacts"
+
+from overlay_manager import waiting  # noqa: E402 - after the repository is on sys.path
 
 
 def wait_for(predicate: Callable[[], bool], timeout: float, what: str,
              describe: Optional[Callable[[], str]] = None, step: float = 0.02) -> None:
-    """Poll predicate until true, processing Qt events if an application exists; fail on timeout."""
+    """overlay_manager.waiting.wait_for that also processes Qt events (when an application
+    exists) before each check; a timeout fails the test with what was waited for."""
     app = None
     if "python_qt_binding" in sys.modules:
         from python_qt_binding.QtWidgets import QApplication
         app = QApplication.instance()
-    deadline = time.monotonic() + timeout
-    while True:
+
+    def check() -> bool:
         if app is not None:
             app.processEvents()
-        if predicate():
-            return
-        if time.monotonic() > deadline:
-            extra = f"; last seen: {describe()}" if describe else ""
-            pytest.fail(f"timed out after {timeout:.0f} s waiting for {what}{extra}")
-        time.sleep(step)
+        return predicate()
+
+    try:
+        waiting.wait_for(what, check, timeout, interval=step, detail=describe)
+    except waiting.WaitTimeout as exc:
+        pytest.fail(str(exc))
 
 
 def free_port() -> int:

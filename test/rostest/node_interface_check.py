@@ -2,13 +2,13 @@
 """rostest: the real node's topics, services and diagnostics (tailscaled faked with recorded JSON)."""
 import math
 import sys
-import time
 import unittest
 
 import rospy
 import rostest
 from diagnostic_msgs.msg import DiagnosticArray
 
+from overlay_manager import waiting
 from overlay_manager.msg import OverlayStatus, Peer, PeerList
 from overlay_manager.srv import GetPeer, GetRosEnv, ListPeers, MeasureLink, PingPeer, Preflight, WaitForPeer
 
@@ -16,13 +16,8 @@ NS = "/overlay_manager/"
 
 
 def wait_for(what, predicate, timeout=20.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.1)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+    """overlay_manager.waiting.wait_for; a timeout is a test failure (AssertionError)."""
+    return waiting.wait_for(what, predicate, timeout, error=AssertionError)
 
 
 class NodeInterface(unittest.TestCase):

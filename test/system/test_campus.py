@@ -34,7 +34,7 @@ from typing import Any, Dict, List
 import pytest
 
 from overlay_manager.lab import robots, system
-from overlay_manager.lab.probe import percentile
+from overlay_manager.stats import percentile
 
 REPO = Path(__file__).resolve().parents[2]
 SPEC = REPO / "config" / "lab" / "system_campus.yaml"

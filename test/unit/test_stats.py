@@ -1,0 +1,62 @@
+"""The one statistics definition (overlay_manager.stats): percentiles, rates, latencies, summaries."""
+import math
+
+import pytest
+
+from overlay_manager.stats import latency_stats, percentile, rate_stats, summary
+
+
+def test_percentile_interpolates_linearly_between_ranks():
+    xs = [10.0, 20.0, 30.0, 40.0]
+    assert percentile(xs, 0) == 10.0
+    assert percentile(xs, 100) == 40.0
+    assert percentile(xs, 50) == pytest.approx(25.0)  # rank 1.5: halfway between 20 and 30
+    assert percentile(xs, 99) == pytest.approx(30.0 + 10.0 * (3 * 0.99 - 2))
+
+
+def test_percentile_matches_numpy_linear_definition():
+    xs = [7.0, 1.0, 3.0, 9.0, 4.0, 4.0, 12.5]
+    s = sorted(xs)
+    for q in (0, 1, 25, 50, 75, 90, 99, 100):
+        k = (len(s) - 1) * q / 100
+        expected = s[math.floor(k)] + (s[math.ceil(k)] - s[math.floor(k)]) * (k - math.floor(k))
+        assert percentile(xs, q) == pytest.approx(expected)
+    assert percentile(xs, 50) == 4.0  # the median of an odd count is a sample
+
+
+def test_percentile_edge_cases():
+    assert percentile([], 50) is None
+    assert percentile([5.0], 99) == 5.0
+    with pytest.raises(ValueError, match="outside 0..100"):
+        percentile([1.0], 0.99 * 1000)
+    with pytest.raises(ValueError):
+        percentile([1.0], -1)
+
+
+def test_rate_stats_window_and_span():
+    times = [0.0, 0.1, 0.2, 0.5, 0.6]
+    r = rate_stats(times, 1.0)
+    assert r["count"] == 5 and r["seconds"] == 1.0
+    assert r["rate_hz"] == pytest.approx(5.0)
+    assert r["span_rate_hz"] == pytest.approx(4 / 0.6)
+    assert r["max_gap_s"] == pytest.approx(0.3)
+    empty = rate_stats([], 2.0)
+    assert empty["count"] == 0 and empty["rate_hz"] == 0.0
+    assert empty["span_rate_hz"] is None and empty["max_gap_s"] is None
+    assert rate_stats([1.0], 0.0)["rate_hz"] is None
+
+
+def test_latency_stats_names_and_values():
+    lat = [float(x) for x in range(1, 101)]
+    out = latency_stats(lat, "rtt")
+    assert set(out) == {"rtt_p50_ms", "rtt_p99_ms", "rtt_max_ms"}
+    assert out["rtt_p50_ms"] == pytest.approx(50.5)
+    assert out["rtt_p99_ms"] == pytest.approx(99.01)
+    assert out["rtt_max_ms"] == 100.0
+    assert latency_stats([]) == {"latency_p50_ms": None, "latency_p99_ms": None, "latency_max_ms": None}
+
+
+def test_summary():
+    assert summary([]) == {"n": 0}
+    s = summary([3.0, 1.0, 2.0, 10.0])
+    assert s == {"n": 4, "mean": 4.0, "min": 1.0, "max": 10.0, "median": 2.5}
