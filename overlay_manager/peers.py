@@ -36,6 +36,8 @@ PATH_DERP = "derp"
 PATH_PEER_RELAY = "peer-relay"
 PATH_OFFLINE = "offline"
 PATH_SELF = "self"
+RELAY_TAG = "tag:relay"
+"""ACL tag the fleet gives every peer relay host (fleet file ``relays``)."""
 PATHS = (PATH_UNKNOWN, PATH_IDLE, PATH_DIRECT, PATH_DERP, PATH_PEER_RELAY, PATH_OFFLINE)
 
 UINT64_MAX = 2 ** 64 - 1
@@ -247,20 +249,24 @@ def relay_host_name(endpoint: str, peers: Iterable[Any]) -> str:
         endpoint: the relay's ``ip:port`` (see :func:`relay_endpoint`).
         peers: ipnstate.PeerStatus dicts (the status's ``Peer`` values).
 
-    A machine serves the relay when one of its underlay endpoints (``Addrs``, ``CurAddr``) has
-    the relay's address: a relay server binds all interfaces of its machine. A relay reached
-    only through a static endpoint (a port forward) stays unknown.
+    The machine whose direct UDP path (``CurAddr``; ``Addrs`` too, though tailscaled v1.102.5
+    leaves it empty) has the relay's address: a relay server binds all interfaces of its machine.
+    Otherwise the one peer tagged :data:`RELAY_TAG` (the fleet's relay hosts), if there is exactly
+    one. Else unknown (e.g. several relays, none with a direct path from here).
     """
     addr = _addr_of(endpoint)
     if not addr:
         return ""
+    tagged = []
     for ps in peers:
         if not isinstance(ps, Mapping):
             continue
         eps = list(_strs(ps, "Addrs")) + [_str(ps, "CurAddr")]
         if any(_addr_of(e) == addr for e in eps):
             return short_name(ps)
-    return ""
+        if RELAY_TAG in _strs(ps, "Tags"):
+            tagged.append(short_name(ps))
+    return tagged[0] if len(tagged) == 1 else ""
 
 
 ParseCache = MutableMapping[str, Tuple[Mapping[str, Any], "PeerState"]]

@@ -132,3 +132,9 @@ def can_ping(fleet: FleetConfig, src_host: str, dst_host: str) -> bool:
     dst_tags = set(fleet.host_tags(dst_host))
     return any(src_tags & set(r["src"]) and any(d.rsplit(":", 1)[0] in dst_tags for d in r["dst"])
                for r in generate_policy(fleet)["acls"])
+
+
+def visible(fleet: FleetConfig, a: str, b: str) -> bool:
+    """Whether headscale puts ``a`` and ``b`` into each other's network maps: some rule (ICMP-only
+    relay visibility included) connects them in either direction."""
+    return can_ping(fleet, a, b) or can_ping(fleet, b, a)

@@ -25,13 +25,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Mapping
 
+from ..peers import RELAY_TAG as PEERS_RELAY_TAG
 from ..relay import DEFAULT_RELAY_PORT, parse_addr_port
 from ..validation import MISSING, Reader, join_key, shorten
 
 #: Tailscale capability that grants the use of a peer relay (policy ``grants[].app``).
 RELAY_CAP = "tailscale.com/cap/relay"
-#: Role tag of every relay host (a label: no ACL rule grants anything to it).
-RELAY_TAG = "tag:relay"
+#: Role tag of every relay host (a label: no ACL rule grants anything to it; the node uses it
+#: to name the relay of a peer-relay link).
+RELAY_TAG = PEERS_RELAY_TAG
 #: UDP port a relay binds when the fleet file does not say.
 DEFAULT_PORT = DEFAULT_RELAY_PORT
 

@@ -205,6 +205,14 @@ def test_peer_relay_fields_from_status() -> None:
     blinded = P.blind(snap, daemon_gone=True).find("robot4")
     assert blinded.peer_relay == "" and blinded.relay_host == ""
     assert P.relay_host_name("10.231.15.10:40000", [{"Addrs": None}, "junk"]) == ""
+    # tailscaled v1.102.5 leaves Addrs empty: the direct path to the relay host, else its tag
+    by_cur = [{"DNSName": "relay1.fleet.internal.", "CurAddr": "10.231.15.10:41641", "Addrs": None}]
+    assert P.relay_host_name("10.231.15.10:40000", by_cur) == "relay1"
+    tagged = [{"DNSName": "relay2.fleet.internal.", "Tags": ["tag:team-alpha", "tag:relay"]},
+              {"DNSName": "robot9.fleet.internal.", "Tags": ["tag:team-alpha"]}]
+    assert P.relay_host_name("203.0.113.9:40000", tagged) == "relay2"
+    two = tagged + [{"DNSName": "relay3.fleet.internal.", "Tags": ["tag:relay"]}]
+    assert P.relay_host_name("203.0.113.9:40000", two) == ""  # several relays, none direct: unknown
 
 
 def _robot_cfg(relay: Any) -> Any:
