@@ -1,0 +1,191 @@
+"""robot.launch as a user starts it (roslaunch, which also starts roscore) with a config that sets
+node keys, against the fake tailscaled; monitor.launch's diagnostic_aggregator next to it.
+
+Checks: the config's settings take effect when no launch argument is given (manage_hosts writes
+the block into the config's hosts_file; no ~param is set by the launch file); a launch argument,
+when given, does override; the analyzers file the node's statuses under /Overlay/Machines and
+/Overlay/Links with per-peer severity by role; a killed node turns stale in the aggregator and
+is respawned by roslaunch (respawn, not required) while the rest of the launch keeps running.
+"""
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import xmlrpc.client
+
+import pytest
+import yaml
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "unit"))
+from tsfake import FakeTailscaled  # noqa: E402
+
+pytestmark = pytest.mark.skipif(shutil.which("roslaunch") is None, reason="ROS not installed (scripts/setup)")
+HAVE_AGGREGATOR = os.path.exists("/usr/lib/diagnostic_aggregator/aggregator_node") or bool(
+    shutil.which("rospack") and subprocess.run(["rospack", "find", "diagnostic_aggregator"], capture_output=True,
+                                               check=False).returncode == 0)
+NODE = "/robota/overlay_manager"
+RESPAWN_DELAY_S = 15
+MACHINE = "/Overlay/Machines/robota overlay_manager: overlay"
+LINK_B = "/Overlay/Links/robota overlay_manager: peer robotb"
+LINK_GHOST = "/Overlay/Links/robota overlay_manager: peer ghost"
+STALE = 3  # diagnostic_msgs/DiagnosticStatus.STALE
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _wait(what, check, timeout, detail=lambda: ""):
+    deadline = time.monotonic() + timeout
+    while True:
+        value = check()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what}; last state: {detail()}")
+        time.sleep(0.1)
+
+
+class Launch:
+    """roslaunch robot.launch (+ its roscore), monitor.launch and a recorder; stopped by pid."""
+
+    def __init__(self, tmp, robot_args=(), monitor=True):
+        self.tmp = tmp
+        self.fake = FakeTailscaled()
+        self.procs = []
+        self.port = _free_port()
+        self.env = dict(os.environ, ROS_MASTER_URI=f"http://127.0.0.1:{self.port}", ROS_IP="127.0.0.1",
+                        ROS_HOME=str(tmp / "roshome"), ROS_LOG_DIR=str(tmp / "roslog"))
+        for k in ("ROS_HOSTNAME", "OVERLAY_MANAGER_HOST", "OVERLAY_MANAGER_CONFIG"):
+            self.env.pop(k, None)
+        self.env["PATH"] = "/usr/bin:/bin:/usr/sbin:/sbin:" + self.env.get("PATH", "")
+        self.hosts = tmp / "hosts"
+        self.hosts.write_text("127.0.0.1 localhost\n")
+        cfg = {"hostname": "robota", "login_server": "http://10.250.0.1:8080", "base_domain": "fleet.internal",
+               "master": "robota", "tailscale": {"socket": self.fake.socket_path, "cli": "/bin/false"},
+               "node": {"manage_hosts": True, "hosts_file": str(self.hosts), "required_peers": ["ghost"],
+                        "ping_interval": 0, "netcheck_interval": 0, "preflight_interval": 0,
+                        "topic_links_interval": 0}}
+        self.config = tmp / "robot.yaml"
+        self.config.write_text(yaml.safe_dump(cfg))
+        self.record = tmp / "agg.jsonl"
+        self.log = tmp / "robot.launch.log"
+        self.robot = self._start(["roslaunch", "-p", str(self.port), "overlay_manager", "robot.launch",
+                                  f"config:={self.config}", "ns:=robota", f"respawn_delay:={RESPAWN_DELAY_S}",
+                                  *robot_args], self.log)
+        _wait(f"{NODE} registered with the master on port {self.port}", self.node_uri, 60, self.tail)
+        if monitor:
+            self._start(["roslaunch", "--wait", "overlay_manager", "monitor.launch", "gui:=false"],
+                        tmp / "monitor.launch.log")
+            self._start([sys.executable, os.path.join(HERE, "record_diag_agg.py"), str(self.record)],
+                        tmp / "recorder.log")
+
+    def _start(self, argv, log):
+        fh = open(log, "wb")
+        proc = subprocess.Popen(argv, env=self.env, stdout=fh, stderr=subprocess.STDOUT, start_new_session=True)
+        fh.close()
+        self.procs.append(proc)
+        return proc
+
+    def master(self):
+        return xmlrpc.client.ServerProxy(self.env["ROS_MASTER_URI"])
+
+    def node_uri(self):
+        try:
+            code, _, uri = self.master().lookupNode("/test", NODE)
+        except OSError:
+            return ""
+        return uri if code == 1 else ""
+
+    def has_param(self, name):
+        return self.master().hasParam("/test", name)[2]
+
+    def tail(self):
+        try:
+            return self.log.read_text()[-2000:]
+        except OSError:
+            return ""
+
+    def agg(self, since):
+        """name -> last (level, message) seen by the recorder after `since`."""
+        last = {}
+        if self.record.exists():
+            for line in self.record.read_text().splitlines():
+                try:
+                    e = json.loads(line)
+                except ValueError:
+                    continue
+                if e["t"] >= since:
+                    last[e["name"]] = (e["level"], e["message"])
+        return last
+
+    def wait_agg(self, since, what, pred, timeout):
+        return _wait(what, lambda: pred(self.agg(since)), timeout, lambda: f"{self.agg(since)}; {self.tail()}")
+
+    def close(self):
+        for p in reversed(self.procs):
+            if p.poll() is None:
+                os.killpg(p.pid, signal.SIGINT)
+                try:
+                    p.wait(15)
+                except subprocess.TimeoutExpired:
+                    os.killpg(p.pid, signal.SIGKILL)
+                    p.wait(5)
+        self.fake.close()
+
+
+def test_config_settings_apply_without_launch_args(tmp_path):
+    launch = Launch(tmp_path, monitor=False)
+    try:
+        for key in ("manage_hosts", "hosts_file", "ping_interval", "iperf_server"):
+            assert not launch.has_param(f"{NODE}/{key}"), f"robot.launch set ~{key} although no argument was given"
+        assert launch.has_param(f"{NODE}/config")
+        _wait(f"the managed block in {launch.hosts} (config: node.manage_hosts true)",
+              lambda: "100.64.0.2 robotb.fleet.internal robotb" in launch.hosts.read_text(), 30,
+              lambda: launch.hosts.read_text() + launch.tail())
+    finally:
+        launch.close()
+
+
+def test_launch_argument_overrides_when_given(tmp_path):
+    launch = Launch(tmp_path, robot_args=("manage_hosts:=false",), monitor=False)
+    try:
+        assert launch.master().getParam("/test", f"{NODE}/manage_hosts")[2] is False
+        # the node is up and publishing; give it a few poll periods to (not) write the block
+        time.sleep(3)
+        assert launch.hosts.read_text() == "127.0.0.1 localhost\n"
+    finally:
+        launch.close()
+
+
+@pytest.mark.skipif(not HAVE_AGGREGATOR, reason="diagnostic_aggregator not installed (scripts/setup)")
+def test_aggregator_files_statuses_and_shows_a_dead_node_stale_then_respawned(tmp_path):
+    launch = Launch(tmp_path)
+    try:
+        t0 = time.time()
+        launch.wait_agg(t0, "the overlay analyzers to file the node's statuses",
+                        lambda a: MACHINE in a and LINK_B in a and LINK_GHOST in a, 60)
+        a = launch.agg(t0)
+        assert a[LINK_B][0] == 0 and a[LINK_GHOST][0] == 2, a  # direct peer OK, missing required peer ERROR
+        assert not any(n.startswith("/Other") for n in a)
+        code, _, uri = launch.master().lookupNode("/test", NODE)
+        pid = xmlrpc.client.ServerProxy(uri).getPid("/test")[2]
+        os.kill(pid, signal.SIGKILL)
+        killed = time.time()
+        launch.wait_agg(killed + 0.5, "the killed node's statuses to turn stale",
+                        lambda a: a.get(LINK_B, (None,))[0] == STALE, RESPAWN_DELAY_S - 2)
+        stale_s = time.time() - killed
+        launch.wait_agg(killed + RESPAWN_DELAY_S, "the respawned node's statuses",
+                        lambda a: a.get(LINK_B, (None,))[0] == 0, 45)
+        print(f"killed node: stale in the aggregator after {stale_s:.1f} s; "
+              f"back after {time.time() - killed:.1f} s (respawn_delay {RESPAWN_DELAY_S} s)")
+        assert launch.robot.poll() is None, "the robot's launch must keep running"
+    finally:
+        launch.close()
