@@ -80,6 +80,13 @@ def topics_headline(rows: List[TopicRow]) -> str:
     return f"{len(rows)} {noun}" + (": " + ", ".join(parts) if parts else "")
 
 
+def reported_stale_text(node: str, status_age_s: Optional[float], error: str) -> str:
+    """The headline when the node is alive but says it cannot read tailscaled (~status stale)."""
+    since = "" if fmt.is_nan(status_age_s) else f" since {status_age_s:.0f} s"
+    return (f"STALE{since}: {node} cannot read tailscaled ({error or 'no reason given'}); "
+            f"the table shows the last state it knew")
+
+
 def stale_text(node: str, age_s: Optional[float], stale_after_s: float) -> str:
     """The headline for a node that stopped publishing; "" when it is not stale (age_s None)."""
     if age_s is None:

@@ -134,6 +134,7 @@ class OverlayDashboardWidget(QWidget):
         self._user_picked_node = False
         self._busy: Dict[str, str] = {}           # peer -> running action
         self._stale = False                       # the rows are greyed out as stale
+        self._peers_stale = False                 # the last ~peers said the node's view is stale
         self._headline = ""                       # the headline while the node is fresh
         self._links: Any = None                   # the last TopicLinkList (repainted after stale)
 
@@ -199,8 +200,8 @@ class OverlayDashboardWidget(QWidget):
         self._path_delegate = _PathDelegate(t)
         t.setItemDelegateForColumn(COL["path"], self._path_delegate)
         # fits rqt's default plugin width without horizontal scrolling (the last column stretches)
-        for key, width in (("name", 90), ("address", 100), ("online", 55), ("path", 75),
-                           ("where", 135), ("latency", 70), ("rx", 88), ("tx", 88)):
+        for key, width in (("name", 90), ("address", 95), ("online", 50), ("path", 75),
+                           ("where", 125), ("latency", 65), ("rx", 82), ("tx", 82)):
             t.setColumnWidth(COL[key], width)
 
     def _setup_topic_table(self) -> None:
@@ -309,6 +310,7 @@ class OverlayDashboardWidget(QWidget):
         self._handshakes.clear()
         self._status = None
         self._stale = False
+        self._peers_stale = False
         self._links = None
         self.peer_table.setRowCount(0)
         self.topic_table.setRowCount(0)
@@ -332,11 +334,13 @@ class OverlayDashboardWidget(QWidget):
         t.setSortingEnabled(True)  # re-sorts by the current indicator
         if selected:
             self._select_row_of(selected)
+        self._peers_stale = bool(getattr(msg, "stale", False))
         if self._stale:
             self._stale = False
             if self._links is not None:
                 self._on_topic_links(self._links)
         self._set_headline(fmt.peer_counts(msg.peers))
+        self._check_stale()
         self._update_selected_panel()
 
     def _fill_row(self, row: int, peer: Any) -> None:
@@ -372,6 +376,8 @@ class OverlayDashboardWidget(QWidget):
 
     def _on_status(self, msg: Any) -> None:
         self._status = msg
+        if getattr(msg, "stale", False) or self._stale:
+            self._check_stale()  # the reason it gives replaces the headline at once
         verdict = fmt.overlay_verdict(msg)
         self.state_value.setText(_coloured(f"{verdict.text} (tailscaled {msg.backend_state or '-'}"
                                            f", {msg.tailscale_version or 'version unknown'})",
@@ -475,15 +481,26 @@ class OverlayDashboardWidget(QWidget):
         if not self._stale:
             self.headline_label.setText(text)
 
-    def _check_stale(self) -> None:
-        """Grey out the tables and say so when the node stopped publishing (a dead node's latched
-        ~peers would otherwise stay green); the next ~peers message restores the colours."""
+    def _stale_reason(self) -> str:
+        """Why the shown state is stale ("" = it is not): the node stopped publishing (a dead
+        node's latched ~peers would otherwise stay green), or it says it cannot read tailscaled."""
+        node = self._model.node()
         age = self._model.stale_for()
-        if age is None:  # fresh (or ~status came back first: the grey stays until ~peers refills)
+        if age is not None:
+            return tv.stale_text(node, age, self._model.stale_after())
+        st = self._status
+        if self._peers_stale or (st is not None and getattr(st, "stale", False)):
+            return tv.reported_stale_text(node, getattr(st, "status_age", None), getattr(st, "error", ""))
+        return ""
+
+    def _check_stale(self) -> None:
+        """Grey out the tables and say why while the state is stale; the next fresh ~peers
+        message restores the colours."""
+        reason = self._stale_reason()
+        if not reason:  # fresh (or ~status came back first: the grey stays until ~peers refills)
             return
         self._stale = True
-        self.headline_label.setText(_coloured(
-            tv.stale_text(self._model.node(), age, self._model.stale_after()), fmt.LEVEL_ERROR))
+        self.headline_label.setText(_coloured(reason, fmt.LEVEL_ERROR))
         grey, back = QBrush(QColor(STALE_FOREGROUND)), QBrush(QColor(STALE_BACKGROUND))
         for table in (self.peer_table, self.topic_table):
             for row in range(table.rowCount()):

@@ -8,6 +8,8 @@ serves ~ping_peer, ~measure_link, ~wait_for_peer and ~get_peer. Commands on stdi
     path <peer> <new_path> [endpoint-or-region]   change a peer's path (publishes ~path_changes)
     pause                                         stop publishing ~peers/~status (a dead node)
     resume                                        publish again
+    blind                                         ~status/~peers say tailscaled cannot be read (stale)
+    sees                                          ~status/~peers fresh again
     quit                                          exit
 
 It prints "ready" on stdout once everything is advertised.
@@ -60,6 +62,7 @@ class FakeOverlayNode:
         self.rates = {"robot1": (2_000_000, 150_000), "robot2": (120_000, 40_000), "robot3": (0, 0)}
         self.last_publish = now
         self.paused = False
+        self.blind = False
         self.peers_pub = rospy.Publisher("~peers", PeerList, queue_size=1, latch=True)
         self.status_pub = rospy.Publisher("~status", OverlayStatus, queue_size=1, latch=True)
         self.changes_pub = rospy.Publisher("~path_changes", PathChange, queue_size=10)
@@ -106,11 +109,15 @@ class FakeOverlayNode:
                 rx, tx = self.rates[name]
                 peer.rx_bytes += int(rx * dt)
                 peer.tx_bytes += int(tx * dt)
-            msg = PeerList(header=rospy.Header(stamp=now), peers=[self.peers[n] for n in sorted(self.peers)])
+            msg = PeerList(header=rospy.Header(stamp=now), peers=[self.peers[n] for n in sorted(self.peers)],
+                           stale=self.blind)
             msg.self_peer = Peer(name="laptop1", dns_name="laptop1.fleet.internal", addresses=["100.64.0.1"],
                             online=True, path=Peer.PATH_SELF)
             self.peers_pub.publish(msg)
             self.status.header.stamp = now
+            self.status.stale = self.blind
+            self.status.status_age = 12.0 if self.blind else 0.1
+            self.status.error = "tailscaled is not reachable at /run/ts.sock (no such socket)" if self.blind else ""
             self.status_pub.publish(self.status)
 
     def set_path(self, name: str, path: str, where: str = "") -> None:
@@ -185,7 +192,11 @@ def main() -> None:
             continue
         if words[0] == "quit":
             break
-        if words[0] in ("pause", "resume"):
+        if words[0] in ("blind", "sees"):
+            with node.lock:
+                node.blind = words[0] == "blind"
+            print(f"ok {words[0]}", flush=True)
+        elif words[0] in ("pause", "resume"):
             with node.lock:
                 node.paused = words[0] == "pause"
             print(f"ok {words[0]}", flush=True)

@@ -242,6 +242,24 @@ def test_stale_node_is_marked(dashboard, fake_node) -> None:
     assert dashboard.snapshot()["headline"].startswith("3 peers")
 
 
+def test_node_reporting_stale_is_marked(dashboard, fake_node) -> None:
+    from overlay_manager.dashboard.widget import STALE_BACKGROUND
+    wait_for(lambda: dashboard.peer_table.rowCount() == 3 and not dashboard.snapshot()["stale"], 15,
+             "a fresh table", lambda: dashboard.snapshot()["headline"])
+    assert send_command(fake_node, "blind") == "ok blind"
+    try:
+        wait_for(lambda: "tailscaled is not reachable" in dashboard.snapshot()["headline"], 10,
+                 "the stale mark with the node's reason from ~peers.stale/~status.stale",
+                 lambda: dashboard.snapshot()["headline"])
+        snap = dashboard.snapshot()
+        assert "cannot read tailscaled (tailscaled is not reachable" in snap["headline"], snap["headline"]
+        assert all(r["path_colour"] == STALE_BACKGROUND for r in snap["rows"]), snap["rows"]
+    finally:
+        assert send_command(fake_node, "sees") == "ok sees"
+    wait_for(lambda: not dashboard.snapshot()["stale"], 10, "the stale mark to clear",
+             lambda: dashboard.snapshot()["headline"])
+
+
 def test_screenshot(dashboard) -> None:
     wait_for(lambda: dashboard.select_peer("robot1"), 15, "robot1 row to select")
     wait_for(lambda: len(dashboard._model.history("robot1")) >= 3, 10, "three history samples")

@@ -7,7 +7,13 @@ from types import SimpleNamespace
 
 from overlay_manager.dashboard import format as fmt
 from overlay_manager.dashboard.state import MIN_STALE_AFTER_S, Freshness
-from overlay_manager.dashboard.topics import stale_text, topic_row, topic_rows, topics_headline
+from overlay_manager.dashboard.topics import (
+    reported_stale_text,
+    stale_text,
+    topic_row,
+    topic_rows,
+    topics_headline,
+)
 
 
 def link(**kw: object) -> SimpleNamespace:
@@ -63,3 +69,9 @@ def test_stale_text() -> None:
     assert stale_text("/n", None, 3.0) == ""
     text = stale_text("/robot1/overlay_manager", 12.4, 3.0)
     assert text.startswith("STALE since 12 s") and "/robot1/overlay_manager" in text
+
+
+def test_reported_stale_text() -> None:
+    text = reported_stale_text("/n", 7.2, "tailscaled is not reachable")
+    assert text.startswith("STALE since 7 s: /n cannot read tailscaled (tailscaled is not reachable)")
+    assert reported_stale_text("/n", math.nan, "").startswith("STALE: /n cannot read tailscaled (no reason")
