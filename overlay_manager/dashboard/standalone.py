@@ -25,6 +25,7 @@ from python_qt_binding.QtWidgets import QApplication, QMainWindow
 
 from overlay_manager.dashboard.model import OverlayModel
 from overlay_manager.dashboard.widget import SETTING_KEYS, OverlayDashboardWidget
+from overlay_manager.files import atomic_write
 
 SETTINGS_ORG = "overlay_manager"
 SETTINGS_APP = "dashboard"
@@ -91,14 +92,11 @@ class DashboardWindow(QMainWindow):
         return state
 
     def write_dump(self, path: str) -> None:
-        """Write dump_state() as JSON to path (through a temporary file and rename)."""
+        """Write dump_state() as JSON to path (overlay_manager.files.atomic_write)."""
         state = self.dump_state()
         state["pid"] = os.getpid()
-        tmp = f"{path}.{os.getpid()}.tmp"
         try:
-            with open(tmp, "w", encoding="utf-8") as f:
-                json.dump(state, f)
-            os.replace(tmp, path)
+            atomic_write(path, json.dumps(state).encode("utf-8"), 0o644)
         except OSError as exc:
             rospy.logwarn_throttle(60, f"dashboard: cannot write {path}: {exc}")
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -19,6 +18,7 @@ from typing import Any
 
 import yaml
 
+from ..files import atomic_write
 from .config import FleetConfig, FleetError
 from .deploy import Deployment, write_atomic
 from .headscale import HeadscaleCLI, Node, PreAuthKey
@@ -49,7 +49,7 @@ class KeyRecord:
 
 def _write_secret(path: Path, secret: str) -> None:
     """Write ``secret`` + newline to ``path`` with mode 0600 from the first byte (atomic:
-    write_atomic's temporary file is created 0600 by mkstemp)."""
+    overlay_manager.files.atomic_write sets the temporary file's mode before writing)."""
     write_atomic(path, secret + "\n", 0o600)
 
 
@@ -190,10 +190,7 @@ def write_bundle(deployment: Deployment, fleet: FleetConfig, host: str, outdir: 
     del secret
     if deployment.ca_cert:
         if deployment.ca_cert.resolve() != (out / "ca.crt").resolve():
-            tmp = out / ".ca.crt.tmp"
-            shutil.copyfile(deployment.ca_cert, tmp)
-            os.chmod(tmp, 0o644)
-            os.replace(tmp, out / "ca.crt")
+            atomic_write(out / "ca.crt", deployment.ca_cert.read_bytes(), 0o644)
     cfg = robot_config(deployment, fleet, rec.host, overrides)
     exp = rec.expiration.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M UTC") \
         if rec.expiration else "never"

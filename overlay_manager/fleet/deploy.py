@@ -34,6 +34,7 @@ from urllib.parse import urlsplit
 
 import yaml
 
+from ..files import atomic_write
 from ..validation import ConfigError, Reader
 from . import tls
 from .config import FleetConfig, FleetError
@@ -42,28 +43,10 @@ from .policy import render_policy
 
 
 def write_atomic(path: Path, text: str, mode: int = 0o644) -> bool:
-    """Write ``text`` to ``path`` via a temp file + rename; return False if already equal."""
-    try:
-        if path.read_text(encoding="utf-8") == text:
-            if (path.stat().st_mode & 0o777) != mode:
-                os.chmod(path, mode)
-            return False
-    except OSError:
-        pass
+    """Write ``text`` (UTF-8) to ``path`` with :func:`overlay_manager.files.atomic_write` (parent
+    directories created); return False if the file already held it (then only its mode is fixed)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.chmod(tmp, mode)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
-    return True
+    return atomic_write(path, text.encode("utf-8"), mode, only_if_changed=True)
 
 
 @dataclass

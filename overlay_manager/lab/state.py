@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import fcntl
 import json
-import os
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Dict, Iterator, List, Sequence
 
+from ..files import atomic_write
 from .errors import LabError
 from .layout import RUN_ROOT
 from .naming import check_run_id
@@ -37,9 +37,7 @@ class RunState:
             except json.JSONDecodeError:
                 state = {}
             yield state
-            tmp = self.path.with_suffix(".tmp")
-            tmp.write_text(json.dumps(state, indent=2) + "\n")
-            os.replace(tmp, self.path)
+            atomic_write(self.path, (json.dumps(state, indent=2) + "\n").encode("utf-8"), 0o644)
 
     def read(self) -> Dict[str, Any]:
         """The state as last written (empty when the run does not exist)."""

@@ -46,9 +46,9 @@ from overlay_manager.fleet.bundle import write_bundle  # noqa: E402
 from overlay_manager.fleet.config import load_fleet  # noqa: E402
 from overlay_manager.fleet.deploy import apply_policy, init_deployment  # noqa: E402
 from overlay_manager.fleet.ops import fleet_status, sync_tags  # noqa: E402
-from overlay_manager.lab.system import wait_for  # noqa: E402 - bounded poll naming what it waits for
 from overlay_manager.relay import apply_relay, read_relay_state  # noqa: E402
 from overlay_manager.tailscale import LocalAPI  # noqa: E402
+from overlay_manager.waiting import wait_for  # noqa: E402 - bounded poll naming what it waits for
 
 BIN = REPO / ".tools" / "bin"
 HEADSCALE, TAILSCALE, TAILSCALED = BIN / "headscale", BIN / "tailscale", BIN / "tailscaled"

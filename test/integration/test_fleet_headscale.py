@@ -35,12 +35,12 @@ import yaml
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
+from overlay_manager import waiting  # noqa: E402
 from overlay_manager.fleet import deploy as deploy_mod  # noqa: E402
 from overlay_manager.fleet.bundle import read_key_record, write_bundle  # noqa: E402
 from overlay_manager.fleet.config import FleetConfig, FleetError, load_fleet  # noqa: E402
 from overlay_manager.fleet.deploy import Deployment, apply_policy, init_deployment  # noqa: E402
 from overlay_manager.fleet.ops import fleet_status, revoke, rotate  # noqa: E402
-from overlay_manager.lab.system import wait_for as lab_wait_for  # noqa: E402
 
 BIN = REPO / ".tools" / "bin"
 HEADSCALE, TAILSCALE, TAILSCALED = BIN / "headscale", BIN / "tailscale", BIN / "tailscaled"
@@ -49,12 +49,12 @@ pytestmark = pytest.mark.skipif(bool(_missing), reason=f"needs {', '.join(_missi
 
 
 def wait_for(what: str, check: Callable[[], Any], timeout: float, log: Path | None = None) -> Any:
-    """The lab's bounded poll (names ``what`` on timeout), plus the tail of ``log`` as last state."""
+    """overlay_manager.waiting.wait_for every 0.2 s, with the tail of ``log`` as the last state."""
     def tail() -> str:
         if log is None or not log.exists():
             return "no log"
-        return "\n--- " + str(log) + " (tail) ---\n" + "\n".join(log.read_text(errors="replace").splitlines()[-25:])
-    return lab_wait_for(what, check, timeout, interval=0.2, detail=tail)
+        return "\n--- " + str(log) + " (tail) ---\n" + waiting.tail(log, 25, sep="\n")
+    return waiting.wait_for(what, check, timeout, interval=0.2, detail=tail)
 
 
 def free_port(kind: int = socket.SOCK_STREAM) -> int:
