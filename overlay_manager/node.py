@@ -29,8 +29,8 @@ tailscaled, the ROS master or the log.
 | overlay-preflight | ``preflight`` every preflight_interval s | DNS lookups, TCP connect to the master (2 s) |
 | overlay-iperf | keeps the iperf3 server running (every 2 s) | spawning iperf3 |
 | overlay-relay | ``refresh_relay`` every RELAY_INTERVAL_S: relay server as ``relay`` says | LocalAPI (bounded) |
-| overlay-ipnbus | keeps tailscaled's IPN bus open; a state or peer change wakes overlay-poll (at most poll_rate) | reading the bus (stop() closes it) |
-| overlay-topics | topic-link map every topic_links_interval s, publishes ~topic_links (its pool: overlay-graph_N) | XML-RPC to the master and nodes (each call bounded: node_topics.XMLRPC_TIMEOUT_S) |
+| overlay-ipnbus | tailscaled's IPN bus; a state or peer change wakes overlay-poll | the bus (stop() closes it) |
+| overlay-topics | ~topic_links every topic_links_interval s (pool: overlay-graph_N) | XML-RPC (XMLRPC_TIMEOUT_S) |
 | overlay-enrol | ``ensure_enrolled`` until it succeeds | LocalAPI, `tailscale up` child (bounded) |
 | overlay-log | writes queued log lines with rospy | rospy logging (it may wait for the master) |
 | rospy service threads | the services | LocalAPI, iperf3; never a lock publishing needs |
@@ -86,8 +86,8 @@ from .config import ConfigError, NodeSettings, apply_overrides, load_robot_confi
 from .enrolment import ensure_enrolled
 from .ipnbus import BusWatcher
 from .links import iperf_server_argv
-from .node_topics import XMLRPC_TIMEOUT_S, TopicLinkReporter, parse_host_aliases
 from .monitor import ERROR, OK, STATUS_TIMEOUT_S, Freshness, OverlayMonitor, Reading
+from .node_topics import XMLRPC_TIMEOUT_S, TopicLinkReporter, parse_host_aliases
 from .peers import TIME_MAX, PathChangeEvent, PeerState, clamp_uint64, topology_key
 from .relay import relay_summary
 from .tailscale import EnrolError, LocalAPI, TailscaleError

@@ -104,8 +104,8 @@ def test_bus_slows_the_poll_and_changes_are_read_at_once(master, tmp_path):
             n0 = _count(fake, STATUS)
             t0 = time.monotonic()
             fake.notify({"PeerChangedPatch": [{"NodeID": 2, "Online": i % 2 == 0}]})
-            wait_for("a status read after a bus notification", lambda: _count(fake, STATUS) > n0, 2.0,
-                     interval=0.005)
+            wait_for("a status read after a bus notification", lambda n0=n0: _count(fake, STATUS) > n0,
+                     2.0, interval=0.005)
             delays.append(time.monotonic() - t0)
         print("bus notification -> status read: " + ", ".join(f"{d * 1000:.0f} ms" for d in delays))
         # the plain 2 Hz poll would take 250 ms on average; the bus wakes the read at once (at
