@@ -5,10 +5,12 @@ robot1 (roscore) and laptop; ``rosrun overlay_manager dashboard --node /laptop/o
 runs inside laptop's namespace with laptop's ROS env from overlay_env, on an Xvfb started here
 (the client reaches it through the filesystem socket /tmp/.X11-unix/X<n>: abstract sockets are per
 network namespace). The window writes what it shows to a JSON file (OVERLAY_DASHBOARD_DUMP); the
-test clicks it with XTEST like an operator. Checks: robot1's row is direct (green), the node's
-status panel is filled (the NAT in plain words once the node's netcheck is in), Ping answers with a
-latency, blocking UDP at building b1 turns the row derp (orange) and logs the change, Ping then
-goes through DERP. Saves artifacts/dashboard_live.png.
+test clicks it with XTEST like an operator. A lab camera on robot1 streams to a subscriber on
+laptop. Checks: robot1's row is direct (green), the node's status panel is filled (the NAT in plain
+words once the node's netcheck is in), the Topics view shows the camera topic robot1 -> laptop on
+the direct path (green) with a rate, Ping answers with a latency, blocking UDP at building b1 turns
+the row derp (orange), logs the change and moves the camera topic to derp, Ping then goes through
+DERP. Saves artifacts/dashboard_live.png.
 """
 from __future__ import annotations
 
@@ -34,6 +36,12 @@ TWO_BUILDINGS = REPO / "config" / "lab" / "two_buildings.yaml"
 ARTIFACT = REPO / "artifacts" / "dashboard_live.png"
 ROBOT, LAPTOP = "robot1", "laptop"
 N_LAPTOP = f"/{LAPTOP}/overlay_manager"
+CAMERA = "/camera/image_raw"
+CAMERA_HZ = 2.0  # 640x480 rgb8: about 15 Mbit/s, little enough for the DERP part of the test
+
+
+def _topic(state: Optional[Dict[str, Any]], topic: str) -> Dict[str, Any]:
+    return next((r for r in (state or {}).get("topics", []) if r["topic"] == topic), {})
 
 
 def _row(state: Optional[Dict[str, Any]], name: str) -> Dict[str, Any]:
@@ -46,7 +54,7 @@ def _short(state: Optional[Dict[str, Any]]) -> str:
     rows = [{k: r[k] for k in ("name", "online", "path", "where", "latency", "path_colour")} for r in state["rows"]]
     return json.dumps({"node": state["node"], "headline": state["headline"], "rows": rows,
                        "selected": state["selected_peer"], "last_result": state["last_result"],
-                       "path_log": state["path_log"][:3]})
+                       "path_log": state["path_log"][:3], "topics": state.get("topics")})
 
 
 class Dashboard:
@@ -173,19 +181,26 @@ def xvfb_display(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 @pytest.fixture(scope="module")
 def live_lab(lab_factory: Callable[..., Any]) -> Iterator[Any]:
-    """A two_buildings lab of this module with robot.launch on robot1 (master) and laptop, and
-    ICMP traffic laptop -> robot1 over the overlay (so tailscaled notices a broken direct path)."""
+    """A two_buildings lab of this module with robot.launch on robot1 (master) and laptop, ICMP
+    traffic laptop -> robot1 over the overlay (so tailscaled notices a broken direct path), and a
+    lab camera on robot1 that a recorder on laptop subscribes to (a topic link robot1 -> laptop)."""
     lab = lab_factory(TWO_BUILDINGS)
     procs = []
+    recorder = None
     try:
         robots.start_master_then(lab, ROBOT, [LAPTOP], procs, timeout=90)
         procs.append(lab.popen(LAPTOP, ["ping", "-n", "-i", "0.2", lab.overlay_ip(ROBOT)],
                                log=Path(lab.host_dir(LAPTOP)) / "overlay_ping.log"))
+        procs.append(robots.start_camera(lab, ROBOT, CAMERA, CAMERA_HZ))
+        recorder = robots.Recorder(lab, LAPTOP, image=CAMERA, name="camera_sink")
+        recorder.wait("a first camera frame on laptop", lambda ev: ev.get("ev") == "frame", timeout=60)
         yield lab
     except Exception:
         robots.print_launch_logs(lab, (ROBOT, LAPTOP))
         raise
     finally:
+        if recorder is not None:
+            recorder.stop()
         for p in reversed(procs):
             robots.stop(lab, p)
         lab.down()  # this module's lab only; lab_factory's own down() at session end is a no-op then
@@ -212,6 +227,16 @@ def test_standalone_dashboard_shows_live_lab(live_lab: Any, xvfb_display: str, t
         assert "ROS_HOSTNAME=laptop.fleet.internal" in status["ros"], status
         assert direct["headline"].startswith("1 peer"), direct["headline"]
 
+        # 1b. the Topics view: the camera crosses robot1 -> laptop on the direct path, with a rate
+        cam = dash.wait(f"{CAMERA} robot1 -> laptop, direct, with a rate in the Topics view",
+                        lambda s: _topic(s, CAMERA).get("path") == "direct"
+                        and _topic(s, CAMERA).get("rate", "-") != "-", timeout=30)
+        row = _topic(cam, CAMERA)
+        assert (row["from"], row["to"]) == (ROBOT, LAPTOP), row
+        assert row["path_colour"] == fmt.path_colour("direct"), row
+        assert row["where"].startswith(lab.address("b1") + ":"), row
+        assert row["rate"].endswith("bit/s"), row
+
         # 2. select robot1 and Ping: a latency over the direct path
         dash.click(direct["screen"]["rows"][ROBOT])
         selected = dash.wait("robot1 selected after a click on its row",
@@ -232,6 +257,10 @@ def test_standalone_dashboard_shows_live_lab(live_lab: Any, xvfb_display: str, t
         assert row["path_colour"] == fmt.path_colour("derp") and row["row_tint"] == fmt.path_tint("derp"), row
         logged = dash.wait("'direct -> derp' in the path-change log",
                            lambda s: any(f"{ROBOT}  direct -> derp" in line for line in s["path_log"]), timeout=10)
+        cam_derp = dash.wait(f"{CAMERA} on derp in the Topics view (map every 2 s)",
+                             lambda s: _topic(s, CAMERA).get("path") == "derp", timeout=15)
+        assert _topic(cam_derp, CAMERA)["path_colour"] == fmt.path_colour("derp"), _topic(cam_derp, CAMERA)
+        logged = cam_derp
 
         # 4. Ping again: now relayed through DERP, still answered
         dash.click(logged["screen"]["buttons"]["ping"])
