@@ -24,6 +24,9 @@
    Their byte counters and LastWrite grow every 0.5 s as a real tailscaled's do while they
    stream. The fake serves tailscaled's IPN bus (watch-ipn-bus), as v1.102.5 does, unless
    ``--no-ipn-bus`` (then the node reads the status at poll_rate).
+   Their byte counters and LastWrite grow every 0.5 s as a real tailscaled's do while they
+   stream. The fake serves tailscaled's IPN bus (watch-ipn-bus), as v1.102.5 does, unless
+   ``--no-ipn-bus`` (then the node reads the status at poll_rate).
    /proc/<pid>/stat and /proc/<pid>/status are sampled every second.
 
 Writes artifacts/bench_node.json and prints a markdown table. Everything it starts is stopped by
@@ -144,11 +147,12 @@ def topic_talk(topic: str, hz: float) -> int:
     import rospy
     from std_msgs.msg import String
 
-    rospy.init_node("bench_talker", anonymous=True, disable_signals=True)
+    rospy.init_node("bench_talker", anonymous=True)  # rospy's SIGINT handler ends the loop
     pub = rospy.Publisher(topic, String, queue_size=10)
-    while True:
+    while not rospy.is_shutdown():
         pub.publish(String(data="x" * 200))
         time.sleep(1.0 / hz)
+    return 0
 
 
 def topic_listen(topics: Sequence[str]) -> int:
@@ -156,10 +160,10 @@ def topic_listen(topics: Sequence[str]) -> int:
     import rospy
     from std_msgs.msg import String
 
-    rospy.init_node("bench_listener", anonymous=True, disable_signals=True)
+    rospy.init_node("bench_listener", anonymous=True)  # rospy's SIGINT handler ends the loop
     subs = [rospy.Subscriber(t, String, lambda _m: None, queue_size=1) for t in topics]
-    while subs:
-        time.sleep(1.0)
+    while subs and not rospy.is_shutdown():
+        time.sleep(0.2)
     return 0
 
 
@@ -539,6 +543,18 @@ def cpu_bench(n_peers: int, seconds: float, warmup: float, topic_peers: int = 5,
 
         streaming.set()
         threading.Thread(target=grow, name="bench-counters", daemon=True).start()
+        streamers = list(status["Peer"].values())[:topic_peers]
+
+        def grow() -> None:  # as tailscaled's counters grow while those peers stream to us
+            while streaming.wait(0.5) and not fake._closing.is_set():
+                with fake._lock:
+                    for p in streamers:
+                        p["RxBytes"] = int(p.get("RxBytes") or 0) + 10_000
+                        p["TxBytes"] = int(p.get("TxBytes") or 0) + 500
+                        p["LastWrite"] = time.strftime("%Y-%m-%dT%H:%M:%S.000000000Z", time.gmtime())
+
+        streaming.set()
+        threading.Thread(target=grow, name="bench-counters", daemon=True).start()
         time.sleep(warmup)
         with fake._lock:
             counts0 = dict(fake.counts)
@@ -572,6 +588,7 @@ def cpu_bench(n_peers: int, seconds: float, warmup: float, topic_peers: int = 5,
         if created:
             subprocess.run(["ip", "netns", "del", ns], check=False)
         shutil.rmtree(etc, ignore_errors=True)
+        streaming.clear()
         streaming.clear()
         fake.close()
         res["logs_tail"] = {n: _tail(tmp / n, 8) for n in ("node.log",)}
@@ -648,6 +665,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     ap.add_argument("--cpu-seconds", type=float, default=60.0, help="sampling window per peer count")
     ap.add_argument("--warmup", type=float, default=5.0, help="seconds after the node is up before sampling")
     ap.add_argument("--peers", default="10,100,500,1000", help="peer counts for the CPU benchmark (comma list)")
+    ap.add_argument("--no-ipn-bus", action="store_true",
+                    help="the fake tailscaled does not serve watch-ipn-bus (like tailscaled before the bus)")
     ap.add_argument("--no-ipn-bus", action="store_true",
                     help="the fake tailscaled does not serve watch-ipn-bus (like tailscaled before the bus)")
     ap.add_argument("--topic-peers", type=int, default=5,
