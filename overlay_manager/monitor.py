@@ -189,6 +189,7 @@ class OverlayMonitor:
         self.nat = NatInfo()
         self.checks: List[Check] = []
         self.hosts_error: str = ""
+        self.enrol_error: str = ""  # why the last enrolment attempt failed ("" = none); set by the node
         self._latency: Dict[str, float] = {}     # key: dns_name or name -> ms
         self._lock = threading.Lock()
         self._regions: Dict[int, str] = {}
@@ -567,7 +568,11 @@ class OverlayMonitor:
         failing = [c for c in self.checks if not c.ok]
         for c in self.checks:
             values.append((f"preflight {c.name}", c.message + (f" -- {c.hint}" if c.hint and not c.ok else "")))
-        if snap.backend_state != "Running":
+        enrol_error = self.enrol_error
+        if enrol_error:
+            values.append(("enrol_error", enrol_error))
+            level, msg = ERROR, f"enrolment failed: {enrol_error}"
+        elif snap.backend_state != "Running":
             level, msg = ERROR, f"not enrolled: tailscaled state is {snap.backend_state or 'unknown'}"
         elif not snap.control_reachable:
             level, msg = WARN, "control server unreachable: existing links keep working, changes wait"

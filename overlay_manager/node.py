@@ -12,8 +12,9 @@ the config as a ~private parameter of the same name (overrides the file). Then:
   ~topic_links (latched) and ~get_topic_links; ~host_aliases (host -> machine) maps node hosts
   that are not overlay names; the machines found carrying topics are the ones pinged;
 - optionally serve iperf3 on the overlay address and keep a managed block in the hosts file.
-Exit codes: 2 bad config, 3 enrolment failed (bad key, other login server), 0 normal shutdown.
-A tailscaled that is not running yet is waited for (reported on /diagnostics), not fatal.
+Exit codes: 2 bad config, 0 normal shutdown. A tailscaled that is not running yet is waited for
+and an enrolment that fails (bad or used key, other login server) is retried; both are reported
+on /diagnostics as ERROR, neither is fatal (robot.launch respawns the node if it ever exits).
 
 Threads and locks
 -----------------
@@ -31,7 +32,7 @@ tailscaled, the ROS master or the log.
 | overlay-relay | ``refresh_relay`` every RELAY_INTERVAL_S: relay server as ``relay`` says | LocalAPI (bounded) |
 | overlay-ipnbus | tailscaled's IPN bus; a state or peer change wakes overlay-poll | the bus (stop() closes it) |
 | overlay-topics | ~topic_links every topic_links_interval s (pool: overlay-graph_N) | XML-RPC (XMLRPC_TIMEOUT_S) |
-| overlay-enrol | ``ensure_enrolled`` until it succeeds | LocalAPI, `tailscale up` child (bounded) |
+| overlay-enrol | ``ensure_enrolled`` until it succeeds; its last error in ``OverlayMonitor.enrol_error`` (one str assignment) | LocalAPI, `tailscale up` child (bounded) |
 | overlay-log | writes queued log lines with rospy | rospy logging (it may wait for the master) |
 | rospy service threads | the services | LocalAPI, iperf3; never a lock publishing needs |
 
@@ -99,6 +100,9 @@ RELAY_INTERVAL_S = 10.0
 REPORT_TICK_S = 0.1
 """Seconds between checks of the reporting thread: how soon a change (a failed read, a hang, a
 path change) is published at the latest."""
+ENROL_RETRY_S = 30.0
+"""Seconds between enrolment attempts after an enrolment error (bad or used key, other server):
+slow enough not to hammer the control server, fast enough to pick up a fixed key file."""
 
 
 def _time(posix_s: float) -> rospy.Time:
@@ -513,28 +517,33 @@ def main() -> None:
     log = LogQueue(_ros_log)
     node = OverlayNode(monitor, log, host_aliases=aliases)
     rospy.on_shutdown(node.shutdown)
-    exit_code: List[int] = [0]
     stop = threading.Event()
     rospy.on_shutdown(stop.set)
-    threading.Thread(target=_enrol_loop, args=(api, cfg, exit_code, log, stop), name="overlay-enrol",
+    threading.Thread(target=_enrol_loop, args=(api, cfg, monitor, log, stop), name="overlay-enrol",
                      daemon=True).start()
     rospy.spin()
-    sys.exit(exit_code[0])
 
 
-def _enrol_loop(api: LocalAPI, cfg: Any, exit_code: List[int], log: LogQueue, stop: threading.Event) -> None:
-    """Enrol once tailscaled answers; a missing daemon is retried, a bad key/config is fatal."""
+def _enrol_loop(api: LocalAPI, cfg: Any, monitor: OverlayMonitor, log: LogQueue, stop: threading.Event) -> None:
+    """Enrol once tailscaled answers. A missing daemon is retried every 2 s; an enrolment error
+    (bad or used key, other login server) is shown as ERROR on /diagnostics (monitor.enrol_error)
+    and retried every ENROL_RETRY_S s, so a fixed key file is picked up. The node never exits for
+    it: a robot's bringup must not go down because the overlay cannot enrol."""
     reported = ""
     while not stop.is_set():
         try:
             result = ensure_enrolled(api, cfg)
+            monitor.enrol_error = ""
             log(INFO, f"overlay_manager: {result.message}")
             return
         except EnrolError as exc:
-            rospy.logfatal("overlay_manager: enrolment failed: %s", exc)
-            exit_code[0] = 3
-            rospy.signal_shutdown("enrolment failed")
-            return
+            monitor.enrol_error = str(exc)
+            if str(exc) != reported:
+                log(LOG_ERROR, f"overlay_manager: enrolment failed: {exc} (retrying every "
+                               f"{ENROL_RETRY_S:.0f} s; the node keeps running)")
+                reported = str(exc)
+            stop.wait(ENROL_RETRY_S)
+            continue
         except TailscaleError as exc:
             if str(exc) != reported:
                 log(LOG_ERROR, f"overlay_manager: {exc} (retrying every 2 s)")

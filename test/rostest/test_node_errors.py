@@ -1,4 +1,7 @@
-"""The real node's start-up errors: bad config and bad key files are clear, fatal and secret-free."""
+"""The real node's start-up errors: a bad config is fatal (exit 2); a bad key file or another login
+server is reported on /diagnostics and retried while the node keeps running; all are clear and
+secret-free."""
+import json
 import os
 import shutil
 import socket
@@ -56,6 +59,32 @@ def _run_node(env, config, timeout=40):
     return proc.returncode, proc.stdout + proc.stderr
 
 
+def _enrol_error_reported(env, config, text, timeout=30):
+    """Start the node, wait until /diagnostics shows its enrolment error containing text; the node
+    must still be running then (it keeps reporting instead of exiting). Returns (diag JSON, output)."""
+    node = subprocess.Popen(["rosrun", "overlay_manager", "overlay_manager_node", f"_config:={config}",
+                             "__name:=om_err_test"], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, start_new_session=True)
+    try:
+        waited = subprocess.run([sys.executable, os.path.join(HERE, "wait_diag.py"), "om_err_test: overlay",
+                                 text, str(timeout)], env=env, capture_output=True, text=True,
+                                timeout=timeout + 30, check=False)
+        alive = node.poll() is None
+    finally:
+        if node.poll() is None:
+            os.killpg(node.pid, 2)
+        try:
+            out, _ = node.communicate(timeout=15)
+        except subprocess.TimeoutExpired:
+            os.killpg(node.pid, 9)
+            out, _ = node.communicate()
+    assert waited.returncode == 0, waited.stderr + out
+    assert alive, f"the node exited on an enrolment error:\n{out}"
+    diag = json.loads(waited.stdout)
+    assert diag["level"] == 2 and diag["message"].startswith("enrolment failed: "), diag
+    return diag, out
+
+
 def _config(tmp_path, fake, **extra):
     data = {"hostname": "robota", "login_server": "http://10.250.0.1:8080", "base_domain": "fleet.internal",
             "master": "robota", "tailscale": {"socket": fake.socket_path if fake else "/nonexistent.sock",
@@ -81,9 +110,8 @@ def test_world_readable_key_refused_without_leaking(master, tmp_path):
         key = tmp_path / "auth.key"
         key.write_text(SECRET)
         os.chmod(key, 0o644)
-        rc, out = _run_node(master, _config(tmp_path, fake, auth_key_file=str(key)))
-        assert rc == 3, out
-        assert "chmod 600" in out and SECRET not in out
+        diag, out = _enrol_error_reported(master, _config(tmp_path, fake, auth_key_file=str(key)), "chmod 600")
+        assert "chmod 600" in out and SECRET not in out and SECRET not in json.dumps(diag)
     finally:
         fake.close()
 
@@ -92,9 +120,8 @@ def test_other_login_server_is_not_re_enrolled(master, tmp_path):
     fake = FakeTailscaled()
     try:
         fake.prefs = {"ControlURL": "https://other.example:443"}
-        rc, out = _run_node(master, _config(tmp_path, fake))
-        assert rc == 3, out
-        assert "tailscale logout" in out and "other.example" in out
+        diag, out = _enrol_error_reported(master, _config(tmp_path, fake), "tailscale logout")
+        assert "other.example" in diag["message"] and "tailscale logout" in out
     finally:
         fake.close()
 

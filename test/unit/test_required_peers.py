@@ -58,3 +58,14 @@ def test_required_peer_missing_from_tailnet_is_error(fake_tailscaled, tmp_path):
     assert d["peer base-station"].level == ERROR and "not on the overlay" in d["peer base-station"].message
     assert d["peer robotb"].level == OK
     m.close()
+
+
+def test_enrolment_error_is_an_error_on_the_overlay_entry(fake_tailscaled, tmp_path):
+    m = _monitor(fake_tailscaled, tmp_path)
+    assert _diag(m)["overlay"].level == OK
+    m.enrol_error = "auth_key_file /x/auth.key has mode 0644: fix with `chmod 600 /x/auth.key`"
+    d = _diag(m)["overlay"]
+    assert d.level == ERROR and d.message.startswith("enrolment failed: auth_key_file") and "chmod 600" in d.message
+    m.enrol_error = ""
+    assert _diag(m)["overlay"].level == OK
+    m.close()
