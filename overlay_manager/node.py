@@ -32,7 +32,7 @@ tailscaled, the ROS master or the log.
 | overlay-relay | ``refresh_relay`` every RELAY_INTERVAL_S: relay server as ``relay`` says | LocalAPI (bounded) |
 | overlay-ipnbus | tailscaled's IPN bus; a state or peer change wakes overlay-poll | the bus (stop() closes it) |
 | overlay-topics | ~topic_links every topic_links_interval s (pool: overlay-graph_N) | XML-RPC (XMLRPC_TIMEOUT_S) |
-| overlay-enrol | ``ensure_enrolled`` until it succeeds; its last error in ``OverlayMonitor.enrol_error`` (one str assignment) | LocalAPI, `tailscale up` child (bounded) |
+| overlay-enrol | ``ensure_enrolled`` until it succeeds; sets ``m.enrol_error`` | LocalAPI, `tailscale up` (bounded) |
 | overlay-log | writes queued log lines with rospy | rospy logging (it may wait for the master) |
 | rospy service threads | the services | LocalAPI, iperf3; never a lock publishing needs |
 
