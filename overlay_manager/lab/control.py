@@ -17,6 +17,7 @@ from .errors import LabError
 from .layout import RunLayout, tools_bin
 from .naming import Names
 from .processes import Processes
+from .relays import fleet_relays
 from .system import Echo, tcp_connect, wait_for
 
 HEADSCALE_START_TIMEOUT_S = 30.0
@@ -52,6 +53,7 @@ def fleet_dict(names: Names) -> dict[str, Any]:
         },
         "keys": {"auth_key_expiry": "24h", "reusable": False},
         "teams": teams,
+        **({"relays": fleet_relays(spec)} if spec.relays else {}),
     }
 
 

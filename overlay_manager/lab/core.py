@@ -47,7 +47,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Set, Union
 from ..fleet.config import FleetConfig
 from ..fleet.deploy import Deployment
 from ..tailscale import LocalAPI
-from . import system
+from . import relays, system
 from .control import HEADSCALE_START_TIMEOUT_S, ControlServer
 from .errors import LabError
 from .layout import REPO_ROOT, RUN_ROOT, SOCKET_PATH_MAX, RunLayout, tools_bin
@@ -392,8 +392,19 @@ class Lab:
         self.net.set_router_flags(building, udp_blocked=True)
 
     def unblock_udp(self, building: str) -> None:
-        """Undo :meth:`block_udp`."""
-        self.net.set_router_flags(building, udp_blocked=False)
+        """Undo :meth:`block_udp` and :meth:`udp_servers_only`."""
+        self.net.set_router_flags(building, udp_blocked=False, udp_servers_only=False)
+
+    def udp_servers_only(self, building: str) -> None:
+        """Let the building's router forward UDP only to and from the campus servers (STUN and
+        the peer relays' ports), like the ``udp-servers`` NAT kind: direct paths break, peer
+        relays and DERP stay."""
+        self.net.set_router_flags(building, udp_servers_only=True)
+
+    def enable_relays(self) -> None:
+        """Turn on every relay host's relay server from its bundle (as the node does); see
+        relays.enable_relays."""
+        relays.enable_relays(self.spec, self.robot_yaml, self.localapi, self.echo)
 
     def cut(self, building: str) -> None:
         """Cut the building off the backbone: its router forwards nothing to or from the WAN."""

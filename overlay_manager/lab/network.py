@@ -12,7 +12,7 @@ from dataclasses import asdict
 from typing import Any, Mapping, Optional
 
 from . import impair as impair_mod
-from . import nft, system
+from . import nft, relays, system
 from .errors import LabError
 from .layout import RunLayout
 from .spec import Impairment
@@ -77,8 +77,14 @@ class Network:
                                f"{n.host_address(h.name)}/24", gateway=n.router_lan_address(b.name))
             self._sysctl(rns, {"net.ipv4.ip_forward": "1", **NO_BRIDGE_NETFILTER})
             ruleset = nft.router_ruleset(b.nat, n.router_wan_address(b.name), n.control_address,
-                                         spec.control.stun_port)
+                                         spec.control.stun_port, relays.udp_servers(n))
             self._nft(rns, ruleset, f"NAT {b.nat.name}")
+        # campus server networks (public buildings) are routed on the backbone, not NATed
+        for ns, building in [(n.control_ns, "")] + [(n.router_ns(b.name), b.name) for b in spec.buildings]:
+            for cidr, via in relays.public_routes(n, building):
+                self.echo(f"({ns}) ip route add {cidr} via {via}")
+                with NetNS(ns) as r:
+                    r.route("add", dst=cidr, gateway=via)
         # name resolution of every namespace that runs programs: its own files, never the host's
         system.write_etc(n.control_ns, "resolv.conf", RESOLV_CONF, self.echo)
         system.write_etc(n.control_ns, "hosts", f"127.0.0.1 localhost\n{n.control_address} control\n",
@@ -126,14 +132,20 @@ class Network:
 
     # --- runtime actions --------------------------------------------------------------------
     def set_router_flags(self, building: str, **change: bool) -> None:
-        """Update a building router's flags (``udp_blocked``, ``cut``) and load its actions chain."""
-        self.layout.names.building_index(building)
+        """Update a building router's flags (``udp_blocked``, ``cut``, ``udp_servers_only``: UDP
+        blocked except to STUN and the peer relays) and load its actions chain."""
+        n = self.layout.names
+        n.building_index(building)
         with self.state.locked() as st:
             flags = st.setdefault("routers", {}).setdefault(building, {"udp_blocked": False, "cut": False})
             flags.update(change)
-            ruleset = nft.actions_ruleset(udp_blocked=flags["udp_blocked"], cut=flags["cut"])
+            servers = [(n.control_address, self.layout.spec.control.stun_port)] + relays.udp_servers(n)
+            only = bool(flags.get("udp_servers_only"))
+            ruleset = nft.actions_ruleset(udp_blocked=flags["udp_blocked"] or only, cut=flags["cut"],
+                                          udp_servers=servers if only and not flags["udp_blocked"] else ())
         ns = self.layout.names.router_ns(building)
-        self.echo(f"({ns}) router actions: udp_blocked={flags['udp_blocked']} cut={flags['cut']}")
+        self.echo(f"({ns}) router actions: udp_blocked={flags['udp_blocked']} cut={flags['cut']} "
+                  f"udp_servers_only={bool(flags.get('udp_servers_only'))}")
         system.run(["nft", "-f", "-"], ns, echo=self.echo, input=ruleset, quiet=True)
 
     def netem_available(self) -> bool:

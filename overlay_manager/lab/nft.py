@@ -171,16 +171,23 @@ def router_ruleset(kind: NatKind, wan_address: str, control_address: str, stun_p
     return "\n".join(lines) + "\n"
 
 
-def actions_ruleset(udp_blocked: bool = False, cut: bool = False) -> str:
+def actions_ruleset(udp_blocked: bool = False, cut: bool = False,
+                    udp_servers: Sequence[Tuple[str, int]] = ()) -> str:
     """Replace the router's runtime ``actions`` chain.
 
     ``udp_blocked``: drop all forwarded UDP both ways (direct WireGuard paths break; DERP over
-    HTTPS still works). ``cut``: drop everything forwarded to or from the backbone.
+    HTTPS still works) except to and from ``udp_servers`` ((address, UDP port) of the campus
+    servers, e.g. STUN and the peer relays: the runtime form of ``udp-servers``). ``cut``: drop
+    everything forwarded to or from the backbone.
     """
     lines = [f"flush chain {TABLE} actions"]
     if cut:
         lines += [f'add rule {TABLE} actions oifname "wan" drop comment "lab cut"',
                   f'add rule {TABLE} actions iifname "wan" drop comment "lab cut"']
+    if udp_blocked:
+        for address, port in udp_servers:
+            lines += [f'add rule {TABLE} actions ip daddr {address} udp dport {port} accept comment "lab udp-servers"',
+                      f'add rule {TABLE} actions ip saddr {address} udp sport {port} accept comment "lab udp-servers"']
     if udp_blocked:
         lines.append(f'add rule {TABLE} actions meta l4proto udp drop comment "lab block-udp"')
     return "\n".join(lines) + "\n"

@@ -14,7 +14,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Sequence, Set
 
-from ..fleet.policy import allowed
+from ..fleet.policy import visible
 from ..tailscale import LocalAPI
 from ..waiting import tail
 from . import system
@@ -33,9 +33,10 @@ class PingResult:
     """Outcome of ``tailscale ping`` from one lab host to another."""
 
     path: str
-    """``direct`` | ``derp`` | ``none`` (no pong at all)."""
+    """``direct`` | ``derp`` | ``peer-relay`` | ``none`` (no pong at all)."""
     via: str
-    """The endpoint ip:port for direct, the DERP region code for derp, "" for none."""
+    """The endpoint ip:port for direct, the DERP region code for derp, the relay's
+    ``ip:port:vni:N`` for peer-relay, "" for none."""
     latency_ms: float
     """Round trip of the last pong in milliseconds (0 when none)."""
     output: str
@@ -57,6 +58,9 @@ def parse_ping_output(text: str) -> PingResult:
     dm = re.match(r"DERP\(([^)]*)\)", via)
     if dm:
         return PingResult("derp", dm.group(1), latency, text)
+    pm = re.match(r"peer-relay\(([^)]*)\)", via)
+    if pm:
+        return PingResult("peer-relay", pm.group(1), latency, text)
     return PingResult("direct", via, latency, text)
 
 
@@ -160,10 +164,10 @@ class Tailscaleds:
 
     def expected_peers(self, host: str, among: Optional[Sequence[str]] = None) -> Set[str]:
         """Hosts (of ``among``, default all) that ``host`` should see as peers: those the fleet's
-        ACL policy lets it reach or be reached by (operators do not see each other)."""
+        ACL policy lets it reach or be reached by (operators do not see each other; a relay's
+        ICMP-only visibility rule counts)."""
         fleet = self.control.fleet()
-        return {o for o in (among or self.layout.hosts)
-                if o != host and (allowed(fleet, host, o) or allowed(fleet, o, host))}
+        return {o for o in (among or self.layout.hosts) if o != host and visible(fleet, host, o)}
 
     def wait_enrolled(self, hosts: Optional[Sequence[str]] = None, timeout: float = 30.0) -> None:
         """Wait up to ``timeout`` seconds until every host is Running and sees every other given

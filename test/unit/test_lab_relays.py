@@ -84,3 +84,15 @@ def test_matrix_relay_spec_and_report() -> None:
     text = render_relay_markdown(plain, relayed, meta)
     assert "## Without the relay" in text and "## With the relay" in text
     assert "| adpm-adpf | adpm-adpf | derp | peer-relay | peer-relay | 10.231.22.10:40000:vni:1 | r2 |" in text
+
+
+def test_runtime_udp_servers_only_action() -> None:
+    from overlay_manager.lab.nft import actions_ruleset
+
+    text = actions_ruleset(udp_blocked=True, udp_servers=[("10.231.0.2", 3478), ("10.231.12.10", 40000)])
+    lines = text.splitlines()
+    drop = next(i for i, line in enumerate(lines) if "meta l4proto udp drop" in line)
+    for rule in ("ip daddr 10.231.12.10 udp dport 40000 accept", "ip saddr 10.231.12.10 udp sport 40000 accept",
+                 "ip daddr 10.231.0.2 udp dport 3478 accept"):
+        assert any(rule in line and i < drop for i, line in enumerate(lines)), rule
+    assert "accept" not in actions_ruleset(udp_blocked=True)
