@@ -308,14 +308,14 @@ class OverlayNode:
         reading = self.m.reading
         fresh = self.m.freshness(mono)
         health = [self.reporter.health(mono)] + [w.health(mono) for w in self.workers]
-        st = self.status_msg(reading, fresh, health)
-        key = status_key(st)
-        status_changed = key is None or key != self._last_status
         peers_key = (topology_key(reading.snapshot), fresh.stale)
         peers_changed = peers_key != self._last_peers
         if periodic or peers_changed:
             self._last_peers = peers_key
             self._publish(self.pub_peers, self.peer_list_msg(reading, fresh, now), "~peers")
+        st = self.status_msg(reading, fresh, health)  # after ~peers: its publish fault shows at once
+        key = status_key(st)
+        status_changed = key is None or key != self._last_status
         if periodic or status_changed:
             self._last_status = key
             st.header.stamp = now

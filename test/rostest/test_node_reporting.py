@@ -1,0 +1,155 @@
+"""The node's reporting decisions, cycle by cycle, with its real message types and a fake tailscaled:
+what publishes at once (path, online, status fields, faults) and what waits for publish_rate
+(byte counters, latency); values that do not fit a field never stop publishing."""
+import math
+import os
+import sys
+import time
+
+import pytest
+
+rospy = pytest.importorskip("rospy")
+msg = pytest.importorskip("overlay_manager.msg", reason="messages not built (scripts/build)")
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "unit"))
+from tsfake import FakeTailscaled  # noqa: E402
+
+from overlay_manager import node as N  # noqa: E402
+from overlay_manager.config import apply_overrides, load_robot_config  # noqa: E402
+from overlay_manager.monitor import OverlayMonitor  # noqa: E402
+from overlay_manager.peers import PeerState  # noqa: E402
+from overlay_manager.tailscale import LocalAPI  # noqa: E402
+from overlay_manager.workers import Worker  # noqa: E402
+
+EXAMPLE = os.path.join(HERE, "..", "..", "config", "robot.example.yaml")
+
+
+class FakePub:
+    """Stands in for rospy.Publisher: keeps what was published, serialized like rospy does."""
+
+    def __init__(self, topic, *_a, **_kw):
+        self.topic, self.sent = topic, []
+
+    def publish(self, m):
+        import io
+        m.serialize(io.BytesIO())  # a message that cannot be serialized raises here, as in rospy
+        self.sent.append(m)
+
+
+@pytest.fixture
+def rig(monkeypatch, tmp_path):
+    monkeypatch.setattr(N.rospy, "Publisher", FakePub)
+    monkeypatch.setattr(N.rospy, "Service", lambda *a, **k: None)
+    monkeypatch.setattr(N.rospy.Time, "now", staticmethod(lambda: rospy.Time.from_sec(time.time())))
+    fake = FakeTailscaled()
+    cfg = apply_overrides(load_robot_config(EXAMPLE), {"hosts_file": str(tmp_path / "hosts"),
+                                                       "iperf_server": False}, "test")
+    logged = []
+    m = OverlayMonitor(cfg, LocalAPI(fake.socket_path), env={})
+    n = N.OverlayNode(m, lambda level, text: logged.append((level, text)), start=False)
+    n.logged = logged
+    try:
+        yield fake, n
+    finally:
+        m.close()
+        fake.close()
+
+
+def _cycle(n, periodic=False):
+    """One poll and one report; returns what each publisher sent in the report."""
+    before = {p.topic: len(p.sent) for p in (n.pub_peers, n.pub_status, n.pub_diag, n.pub_changes)}
+    n._poll_cycle()
+    n._next_periodic = 0.0 if periodic else math.inf
+    n._report_cycle()
+    return {p.topic: p.sent[before[p.topic]:] for p in (n.pub_peers, n.pub_status, n.pub_diag, n.pub_changes)}
+
+
+def _peer(fake):
+    return next(iter(fake.status["Peer"].values()))
+
+
+def test_counters_wait_for_publish_rate_paths_publish_at_once(rig):
+    fake, n = rig
+    first = _cycle(n, periodic=True)
+    assert len(first["~peers"]) == 1 and len(first["~status"]) == 1 and len(first["/diagnostics"]) == 1
+    assert [c.new_path for c in first["~path_changes"]] == ["direct"]
+    assert _cycle(n) == {"~peers": [], "~status": [], "/diagnostics": [], "~path_changes": []}
+    _peer(fake)["RxBytes"] = 123456789
+    assert _cycle(n)["~peers"] == []                      # counters: not at once
+    later = _cycle(n, periodic=True)["~peers"]
+    assert later[0].peers[0].rx_bytes == 123456789        # ... but at publish_rate
+    _peer(fake)["CurAddr"] = ""
+    out = _cycle(n)
+    assert out["~peers"][0].peers[0].path == "derp" and out["~path_changes"][0].old_path == "direct"
+
+
+def test_status_change_of_any_field_publishes_at_once(rig):
+    fake, n = rig
+    _cycle(n, periodic=True)
+    fake.status["Health"] = ["a new health warning"]      # a field no hand-picked key listed
+    out = _cycle(n)
+    assert out["~status"] and out["~status"][0].health == ["a new health warning"] and out["/diagnostics"]
+    fake.mode = "garbage"
+    out = _cycle(n)
+    st = out["~status"][0]
+    assert st.stale and "broken answer" in st.error and not st.tailscaled_reachable and st.status_age >= 0
+    assert out["~peers"][0].stale and out["~peers"][0].peers[0].path == "unknown"
+    assert any("broken answer" in t for _, t in n.logged)
+    assert _cycle(n)["~status"] == []                     # the same failure: nothing new
+    fake.mode = "good"
+    st = _cycle(n)["~status"][0]
+    assert not st.stale and st.error == "" and st.enrolled
+
+
+def test_a_failing_thread_is_a_fault_in_status_and_diagnostics(rig):
+    fake, n = rig
+    _cycle(n, periodic=True)
+
+    def boom():
+        raise OverflowError("cannot convert float infinity to integer")
+
+    w = Worker("overlay-test", boom, math.inf, 5.0)
+    w.join(2)
+    n.workers.append(w)
+    out = _cycle(n)
+    st = out["~status"][0]
+    assert st.faults == ["thread overlay-test: last cycle failed: OverflowError: cannot convert float infinity to integer"]
+    (threads,) = [s for s in out["/diagnostics"][0].status if s.name.endswith("node threads")]
+    assert threads.level == 1 and "overlay-test" in threads.message
+
+
+def test_unserializable_message_is_reported_not_fatal(rig):
+    fake, n = rig
+    _cycle(n, periodic=True)
+    real = n.pub_peers.publish
+
+    def broken(m):
+        raise rospy.ROSSerializationException("field rx_bytes must be unsigned integer type")
+
+    n.pub_peers.publish = broken
+    out = _cycle(n, periodic=True)
+    assert out["~status"][0].faults == ["cannot publish ~peers: ROSSerializationException: "
+                                        "field rx_bytes must be unsigned integer type"]
+    n.pub_peers.publish = real
+    out = _cycle(n, periodic=True)
+    assert out["~peers"] and out["~status"][0].faults == []
+
+
+def test_peer_msg_clamps_what_does_not_fit():
+    p = PeerState("x", "x.fleet.internal", ("100.64.0.9",), True, True, "direct", rx_bytes=2 ** 70,
+                  tx_bytes=-4, last_handshake=1e300, last_seen=float("nan"))
+    m = N.peer_msg(p)
+    import io
+    m.serialize(io.BytesIO())
+    assert m.rx_bytes == 2 ** 64 - 1 and m.tx_bytes == 0 and m.last_handshake.to_sec() == 0
+
+
+def test_status_key_ignores_stamp_and_age_only():
+    a, b = msg.OverlayStatus(), msg.OverlayStatus()
+    a.status_age, b.status_age = math.nan, 12.5
+    b.header.stamp = rospy.Time(100)
+    a.nat.preferred_derp_latency_ms = b.nat.preferred_derp_latency_ms = math.nan
+    assert N.status_key(a) == N.status_key(b)
+    b.stale = True
+    assert N.status_key(a) != N.status_key(b)
