@@ -23,10 +23,10 @@ tailscaled, the ROS master or the log.
 
 | thread | runs | may block on |
 |---|---|---|
-| overlay-poll | ``OverlayMonitor.poll`` every 1/poll_rate s; queues path changes and log lines; wakes overlay-report | LocalAPI /status (bounded: monitor.STATUS_TIMEOUT_S), the hosts file |
-| overlay-report | every REPORT_TICK_S and when woken: publishes ~path_changes, ~peers and ~status on a change and at publish_rate, /diagnostics with them; watchdog of every other thread | nothing (reads immutable values, publishes) |
+| overlay-poll | ``m.poll`` every 1/poll_rate s; queues path changes, logs | LocalAPI (STATUS_TIMEOUT_S), hosts file |
+| overlay-report | publishes what changed at once, all at publish_rate; watchdog | nothing (immutable values, publish) |
 | overlay-ping | ``ping_watched`` every ping_interval s (its pool: overlay-ping_N) | LocalAPI ping (bounded) |
-| overlay-netcheck | ``refresh_nat`` every netcheck_interval s | `tailscale netcheck` child (bounded, dies with the node) |
+| overlay-netcheck | ``refresh_nat`` every netcheck_interval s | `tailscale netcheck` (bounded, dies with us) |
 | overlay-preflight | ``preflight`` every preflight_interval s | DNS lookups, TCP connect to the master (2 s) |
 | overlay-iperf | keeps the iperf3 server running (every 2 s) | spawning iperf3 |
 | overlay-relay | ``refresh_relay`` every RELAY_INTERVAL_S: relay server as ``relay`` says | LocalAPI (bounded) |

@@ -114,8 +114,9 @@ def test_a_failing_thread_is_a_fault_in_status_and_diagnostics(rig):
     n.workers.append(w)
     out = _cycle(n)
     st = out["~status"][0]
-    assert st.faults == ["thread overlay-test: last cycle failed: OverflowError: cannot convert float infinity to integer"]
-    (threads,) = [s for s in out["/diagnostics"][0].status if s.name.endswith("node threads")]
+    assert st.faults == ["thread overlay-test: last cycle failed: "
+                         "OverflowError: cannot convert float infinity to integer"]
+    (threads,) = (s for s in out["/diagnostics"][0].status if s.name.endswith("node threads"))
     assert threads.level == 1 and "overlay-test" in threads.message
 
 
