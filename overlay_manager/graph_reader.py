@@ -1,8 +1,12 @@
 """Reads the ROS graph over XML-RPC with bounded timeouts and builds the topic-link map.
 
 The calls are the ones ``rosnode info`` makes: the master's ``getSystemState``,
-``getTopicTypes`` and ``lookupNode``, and each publishing node's ``getBusInfo`` and
-``getBusStats``. Every call has a socket timeout, and the nodes are asked in parallel by a small
+``getTopicTypes`` and ``lookupNode`` (once per node: URIs are kept until the node disappears or
+stops answering), and ``getBusInfo`` and ``getBusStats`` of the publishers whose connections
+cross this machine's boundary (a publisher here with a subscriber elsewhere, or one elsewhere with
+a subscriber here). Links between two other machines come from the master's state alone (their
+own overlay nodes measure them), so the work of one overlay node does not grow with the size of
+the fleet's graph. Every call has a socket timeout, and the nodes are asked in parallel by a small
 pool, so a dead or hung node costs at most one timeout and never stalls the map: its links are
 still listed (from the master's view) with an unknown rate.
 
@@ -20,7 +24,7 @@ import time
 import xmlrpc.client
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Set, Tuple
 
 from .peers import Snapshot
 from .topology import (
@@ -31,7 +35,11 @@ from .topology import (
     TopicLink,
     build_links,
     connections_from_bus,
+    uri_host,
 )
+
+Relevant = Callable[[str, Sequence[str]], bool]
+"""(publisher URI, its subscribers' URIs) -> ask this publisher for its bus info and stats?"""
 
 
 class GraphError(Exception):
@@ -100,9 +108,11 @@ class GraphReader:
         self.timeout_s = timeout_s
         self._call = call or _call
         self._pool = ThreadPoolExecutor(max_workers=max(1, workers), thread_name_prefix="overlay-graph")
+        self._uris: Dict[str, str] = {}   # caller id -> XML-RPC URI (read()'s thread only)
 
-    def read(self) -> GraphSample:
-        """Ask the master, then every publisher that has a subscriber, in parallel.
+    def read(self, relevant: Optional[Relevant] = None) -> GraphSample:
+        """Ask the master, then (in parallel) every publisher with a subscriber for which
+        ``relevant(publisher URI, subscriber URIs)`` holds (None: every one).
 
         Raises:
             GraphError: when the master does not answer (nothing can be said then).
@@ -115,16 +125,24 @@ class GraphReader:
         state = SystemState.from_xmlrpc(raw_state, raw_types)
         nodes = state.nodes()
         publishers = set(state.publishing_nodes())
-        uris: Dict[str, str] = {}
-        for name, uri in zip(nodes, self._pool.map(self._lookup, nodes)):
+        known = {n: self._uris[n] for n in nodes if n in self._uris}
+        new = [n for n in nodes if n not in known]
+        for name, uri in zip(new, self._pool.map(self._lookup, new)):
             if uri:
-                uris[name] = uri
-        asked = [(n, uris[n]) for n in sorted(publishers) if n in uris]
+                known[name] = uri
+        self._uris = dict(known)  # nodes that left the graph are forgotten
+        uris = known
+        subscribers: Dict[str, Set[str]] = {}
+        for _topic, pub, sub in state.cross_candidates():
+            subscribers.setdefault(pub, set()).add(uris.get(sub, ""))
+        asked = [(n, uris[n]) for n in sorted(publishers) if n in uris
+                 and (relevant is None or relevant(uris[n], sorted(subscribers.get(n, ()))))]
         connections: Dict[str, List[Connection]] = {}
         errors: Dict[str, str] = {n: "not known to the master" for n in publishers if n not in uris}
         for (name, _), outcome in zip(asked, self._pool.map(self._bus, asked)):
             if isinstance(outcome, str):
                 errors[name] = outcome
+                self._uris.pop(name, None)  # look it up again: it may have restarted elsewhere
             else:
                 connections[name] = outcome
         return GraphSample(state, uris, connections, errors, time.monotonic())
@@ -180,14 +198,22 @@ class TopicMapper:
         """Read the graph now and replace the map; on a master error keep the old map and
         remember the error (see ``error``). Returns the new (or kept) map, local links included."""
         with self._build_lock:
+            machines = MachineMap(snapshot, self.self_names, self.aliases)
+            me = machines.self_name
+
+            def crosses_here(pub_uri: str, sub_uris: Sequence[str]) -> bool:
+                """A connection of this publisher has exactly one end on this machine."""
+                pub = machines.machine(uri_host(pub_uri))
+                subs = {machines.machine(uri_host(u)) for u in sub_uris}
+                return (pub == me and any(s != me for s in subs)) or (pub != me and me in subs)
+
             try:
-                sample = self.reader.read()
+                sample = self.reader.read(crosses_here if me else None)
             except GraphError as exc:
                 with self._lock:
                     self._error = str(exc)
                     return list(self._links)
             rates = self._rates.update(sample.connections, sample.monotonic)
-            machines = MachineMap(snapshot, self.self_names, self.aliases)
             links = build_links(sample.state, sample.uris, sample.connections, machines, rates)
             with self._lock:
                 self._links, self._error, self._built = links, "", True

@@ -239,3 +239,49 @@ def test_graph_reader_real_xmlrpc_timeout() -> None:
         reader.close()
     finally:
         srv.close()
+
+
+class _CountingGraph:
+    """Master + nodes; counts calls per (uri, method). /far_pub on robotb publishes to /far_sub
+    on robotc (not this machine); /cam on robotb publishes to /viewer here."""
+
+    STATE = [[["/camera", ["/cam"]], ["/odom", ["/far_pub"]]],
+             [["/camera", ["/viewer"]], ["/odom", ["/far_sub"]]], []]
+    URIS = {"/cam": "http://robotb.fleet.internal:1/", "/viewer": "http://robota.fleet.internal:2/",
+            "/far_pub": "http://robotb.fleet.internal:3/", "/far_sub": "http://robotc.fleet.internal:4/"}
+
+    def __init__(self) -> None:
+        self.calls: dict = {}
+        self.fail_cam = False
+
+    def __call__(self, uri: str, timeout: float, method: str, *args: object) -> object:
+        self.calls[(uri, method)] = self.calls.get((uri, method), 0) + 1
+        if uri == "http://master:11311/":
+            return {"getSystemState": self.STATE, "getTopicTypes": [],
+                    "lookupNode": self.URIS.get(str(args[-1]), "")}[method]
+        if self.fail_cam and uri == self.URIS["/cam"]:
+            raise GraphError(f"{method} at {uri}: connection refused")
+        if method == "getBusInfo":
+            return []
+        return [[], [], []]
+
+    def count(self, method: str, uri: str = "") -> int:
+        return sum(n for (u, m), n in self.calls.items() if m == method and (not uri or u == uri))
+
+
+def test_mapper_asks_only_publishers_crossing_this_machine_and_caches_uris() -> None:
+    graph = _CountingGraph()
+    mapper = TopicMapper(GraphReader("http://master:11311/", "/test", timeout_s=0.3, call=graph), ("robota",))
+    links = {(link.topic, link.publisher_node): link for link in mapper.build(SNAP)}
+    assert graph.count("getBusInfo", _CountingGraph.URIS["/cam"]) == 1
+    assert graph.count("getBusInfo", _CountingGraph.URIS["/far_pub"]) == 0   # robotb -> robotc: not ours
+    far = links[("/odom", "/far_pub")]
+    assert (far.publisher_host, far.path) == ("robotb", "unknown") and math.isnan(far.bytes_per_second)
+    assert graph.count("lookupNode") == 4
+    mapper.build(SNAP)
+    assert graph.count("lookupNode") == 4                                   # URIs kept
+    graph.fail_cam = True
+    mapper.build(SNAP)
+    mapper.build(SNAP)
+    assert graph.count("lookupNode") == 5                                   # /cam looked up again
+    mapper.close()
