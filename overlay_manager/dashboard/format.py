@@ -1,6 +1,6 @@
 """Display formatting for the overlay dashboard (pure: no Qt, no ROS; unit-tested on its own).
 
-Words follow shared/DESIGN.md: path is one of direct | derp | peer-relay | idle | offline
+Words as everywhere in the package: path is one of direct | derp | peer-relay | idle | offline
 (plus unknown and self). Rates are shown in bit/s, the unit iperf3 and operators use for links.
 Functions that format a ROS message or service response read its fields by name, so tests can
 pass any object with those attributes (e.g. ``types.SimpleNamespace``).

@@ -23,7 +23,7 @@ filtering
 The input chain has policy drop and accepts only loopback, established/related and the LAN: without
 it a peer's first hole-punching packet creates a conntrack entry on the router itself, the
 outbound mapping then collides and gets a new port, and hole punching fails even between two
-endpoint-independent NATs (see ENVIRONMENT.md).
+endpoint-independent NATs (seen in this lab; eduP2P's test suite applies the same filter).
 
 Runtime actions live in the ``actions`` chain, jumped to first from ``forward``, so they also cut
 flows that are already established.

@@ -1,4 +1,4 @@
-"""The standalone dashboard shows a live lab correctly (issue 5).
+"""The standalone dashboard shows a live lab correctly.
 
 config/lab/two_buildings.yaml in a lab of this module's own; the real node via robot.launch on
 robot1 (roscore) and laptop; ``rosrun overlay_manager dashboard --node /laptop/overlay_manager``

@@ -1,4 +1,4 @@
-"""The NAT-matrix model (RFC 4787 reasoning) gives the outcomes issue 3 and eduP2P's table expect."""
+"""The NAT-matrix model (RFC 4787 reasoning) gives the outcomes eduP2P's published table expects."""
 import pytest
 
 from overlay_manager.lab.matrix import expected, rule_of_thumb, why_not_rule_of_thumb
