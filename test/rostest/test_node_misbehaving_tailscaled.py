@@ -25,6 +25,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "unit"))
 from tsfake import FakeTailscaled  # noqa: E402
 
+from overlay_manager import waiting  # noqa: E402
+
 pytestmark = pytest.mark.skipif(shutil.which("roscore") is None, reason="ROS not installed (scripts/setup)")
 
 NODE = "/om_fail"
@@ -41,14 +43,8 @@ def _free_port() -> int:
 
 
 def _wait(what, check, timeout, detail=lambda: ""):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}; last state: {detail()}")
-        time.sleep(0.05)
+    """overlay_manager.waiting.wait_for every 0.05 s; a timeout fails the test (AssertionError)."""
+    return waiting.wait_for(what, check, timeout, interval=0.05, detail=detail, error=AssertionError)
 
 
 def _stop(proc, grace=10.0):
@@ -66,7 +62,7 @@ class Rig:
 
     def __init__(self, tmp):
         self.tmp = tmp
-        self.fake = FakeTailscaled()
+        self.fake = FakeTailscaled(ipn_bus=True)  # as tailscaled: the node reads status at bus_poll_rate
         self.procs = []
         port = _free_port()
         self.env = dict(os.environ, ROS_MASTER_URI=f"http://127.0.0.1:{port}", ROS_IP="127.0.0.1",
