@@ -20,16 +20,43 @@ import sys
 from typing import List, Optional
 
 
-def run_camera(topic: str, rate_hz: float, width: int, height: int) -> None:
-    """Publish width x height rgb8 frames on topic at rate_hz until shutdown."""
+def textured_frames(width: int, height: int, count: int = 30) -> List[bytes]:
+    """``count`` rgb8 frames of a colour gradient with a smooth random texture that moves 4 px a
+    frame. JPEG sizes match a real 640x480 camera (about 33 KB at quality 80, 46 KB at 90),
+    where the plain gradient compresses to almost nothing and would hide what a codec does."""
+    import numpy as np
+
+    rng = np.random.default_rng(1)
+    wide = width + 4 * count
+    ys, xs = np.mgrid[0:height, 0:wide].astype(np.float32)
+    # smooth texture on a canvas 4*count px wider than a frame: 16x16-pixel random cells,
+    # bilinear between them (computed once; frame i is the canvas shifted by 4*i px)
+    cells = rng.uniform(-60, 60, size=(height // 16 + 2, wide // 16 + 2, 3)).astype(np.float32)
+    fy, fx = ys / 16.0, xs / 16.0
+    y0, x0 = fy.astype(int), fx.astype(int)
+    wy, wx = (fy - y0)[..., None], (fx - x0)[..., None]
+    tex = ((1 - wy) * ((1 - wx) * cells[y0, x0] + wx * cells[y0, x0 + 1])
+           + wy * ((1 - wx) * cells[y0 + 1, x0] + wx * cells[y0 + 1, x0 + 1]))
+    ys, xs = np.mgrid[0:height, 0:width].astype(np.float32)
+    base = np.stack([xs * 255.0 / width, ys * 255.0 / height, np.full_like(xs, 128.0)], axis=2)
+    frames = [np.clip(base + tex[:, 4 * i:4 * i + width], 0, 255).astype(np.uint8).tobytes() for i in range(count)]
+    return frames
+
+
+def run_camera(topic: str, rate_hz: float, width: int, height: int, pattern: str = "gradient") -> None:
+    """Publish width x height rgb8 frames on topic at rate_hz until shutdown (pattern: gradient, or
+    textured for realistic JPEG sizes, see textured_frames)."""
     import rospy
     from sensor_msgs.msg import Image
 
     rospy.init_node("lab_camera", anonymous=True)
     pub = rospy.Publisher(topic, Image, queue_size=2)
-    row = bytes(range(256)) * (width * 3 // 256 + 1)
-    frame = b"".join(row[(y % 256):(y % 256) + width * 3] for y in range(height))  # a gradient, once
-    msg = Image(height=height, width=width, encoding="rgb8", is_bigendian=0, step=width * 3, data=frame)
+    if pattern == "textured":
+        frames = textured_frames(width, height)
+    else:
+        row = bytes(range(256)) * (width * 3 // 256 + 1)
+        frames = [b"".join(row[(y % 256):(y % 256) + width * 3] for y in range(height))]  # a gradient, once
+    msg = Image(height=height, width=width, encoding="rgb8", is_bigendian=0, step=width * 3, data=frames[0])
     msg.header.frame_id = "camera"
     rate = rospy.Rate(rate_hz)
     rospy.loginfo("camera: %dx%d rgb8 at %.1f Hz on %s", width, height, rate_hz, rospy.resolve_name(topic))
@@ -37,6 +64,7 @@ def run_camera(topic: str, rate_hz: float, width: int, height: int) -> None:
     while not rospy.is_shutdown():
         seq += 1
         msg.header.seq = seq
+        msg.data = frames[seq % len(frames)]
         msg.header.stamp = rospy.Time.now()
         pub.publish(msg)
         try:
@@ -66,12 +94,14 @@ def main(argv: Optional[List[str]] = None) -> int:
     c.add_argument("--rate", type=float, default=30.0, help="Hz")
     c.add_argument("--width", type=int, default=640)
     c.add_argument("--height", type=int, default=480)
+    c.add_argument("--pattern", choices=["gradient", "textured"], default="gradient",
+                   help="textured: moving texture with real-camera JPEG sizes")
     e = sub.add_parser("echo", help="geometry_msgs/Twist echo")
     e.add_argument("--input", default="/cmd_vel")
     e.add_argument("--output", default="/cmd_vel_echo")
     args = ap.parse_args(argv)
     if args.cmd == "camera":
-        run_camera(args.topic, args.rate, args.width, args.height)
+        run_camera(args.topic, args.rate, args.width, args.height, args.pattern)
     else:
         run_echo(args.input, args.output)
     return 0
