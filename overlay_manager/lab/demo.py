@@ -205,7 +205,8 @@ def _quietly(fn: Callable[[], Any]) -> None:
 def main(argv: Optional[List[str]] = None) -> int:
     """Entry point: exit 0 after a full run, 1 on a lab failure, 130 on Ctrl-C."""
     ap = argparse.ArgumentParser(prog="demo", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--spec", default=str(REPO_ROOT / "config" / "lab" / "two_buildings.yaml"))
+    ap.add_argument("--spec", default=str(REPO_ROOT / "config" / "lab" / "two_buildings.yaml"),
+                    help="lab spec with robot1 and laptop in two buildings (default: %(default)s)")
     ap.add_argument("--live", type=float, default=20.0, help="seconds of live table before blocking UDP")
     ap.add_argument("--blocked", type=float, default=30.0, help="at most this many seconds with UDP blocked")
     args = ap.parse_args(argv)
