@@ -25,7 +25,7 @@ can act on it and ``lab down`` can remove everything after a crash.
 concern, each in its own module:
 
 =====================  ====================================================================
-layout.py              paths and names of the run (no side effects), tools_bin()
+layout.py              paths and names of the run (no side effects), binaries, prerequisites
 state.py               the state file (locked read-modify-write), runs on this machine
 network.py             namespaces, bridges, veths, NAT routers; block/cut; rate/loss impairment
 processes.py           commands and background processes in namespaces, tracked by pid
@@ -50,7 +50,7 @@ from ..tailscale import LocalAPI
 from . import relays, system
 from .control import HEADSCALE_START_TIMEOUT_S, ControlServer
 from .errors import LabError
-from .layout import REPO_ROOT, RUN_ROOT, SOCKET_PATH_MAX, RunLayout, tools_bin
+from .layout import REPO_ROOT, RUN_ROOT, SOCKET_PATH_MAX, RunLayout, missing_prerequisites, tools_bin
 from .naming import Names, check_run_id, new_run_id
 from .network import Network
 from .processes import Processes
@@ -65,26 +65,6 @@ __all__ = [
     "Lab", "PingResult", "down_all", "leftover_runs", "list_runs", "missing_prerequisites",
     "parse_ping_output", "teardown_run", "tools_bin",
 ]
-
-
-def missing_prerequisites() -> List[str]:
-    """What the lab needs but does not have (empty list = ready): root, binaries, tools."""
-    missing = []
-    if os.geteuid() != 0:
-        missing.append("root (the lab creates network namespaces)")
-    for b in ("tailscale", "tailscaled", "headscale"):
-        if not os.access(tools_bin() / b, os.X_OK):
-            missing.append(f"{tools_bin() / b} (run scripts/setup)")
-    for tool in ("ip", "nft", "tc"):
-        if shutil.which(tool, path="/usr/sbin:/sbin:/usr/bin:/bin") is None:
-            missing.append(f"{tool} (Debian: iproute2/nftables)")
-    try:
-        import pyroute2  # noqa: F401
-    except ImportError:
-        missing.append("python3-pyroute2")
-    if not os.path.exists("/dev/net/tun"):
-        missing.append("/dev/net/tun")
-    return missing
 
 
 class Lab:
@@ -120,11 +100,6 @@ class Lab:
         self.procs = Processes(self.layout, self.run_state, self.echo)
         self.control = ControlServer(self.layout, self.procs, self.echo, robot_overrides)
         self.tailscaleds = Tailscaleds(self.layout, self.procs, self.control, self.echo)
-
-    @property
-    def robot_overrides(self) -> Dict[str, Any]:
-        """Extra robot.yaml content written into every host's bundle."""
-        return self.control.robot_overrides
 
     # --- paths and names (layout.py) --------------------------------------------------------
     @property

@@ -1,4 +1,5 @@
-"""Where a lab run keeps things: binaries, its state directory, per-host files (pure paths).
+"""Where a lab run keeps things: binaries, its state directory, per-host files (pure paths);
+and what the machine must have for a run (:func:`missing_prerequisites`).
 
 Nothing here touches the system; :class:`RunLayout` only computes paths and names from the spec,
 the run id and the work directory, so every other part of the lab (network, processes, control
@@ -7,6 +8,7 @@ server, tailscaled, teardown) asks it instead of rebuilding paths on its own.
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
 from typing import List
 
@@ -27,6 +29,26 @@ def tools_bin() -> Path:
     ``OVERLAY_TOOLS_BIN`` overrides; default is the repository's ``.tools/bin`` (scripts/setup).
     """
     return Path(os.environ.get("OVERLAY_TOOLS_BIN") or REPO_ROOT / ".tools" / "bin").resolve()
+
+
+def missing_prerequisites() -> List[str]:
+    """What the lab needs but does not have (empty list = ready): root, binaries, tools."""
+    missing = []
+    if os.geteuid() != 0:
+        missing.append("root (the lab creates network namespaces)")
+    for b in ("tailscale", "tailscaled", "headscale"):
+        if not os.access(tools_bin() / b, os.X_OK):
+            missing.append(f"{tools_bin() / b} (run scripts/setup)")
+    for tool in ("ip", "nft", "tc"):
+        if shutil.which(tool, path="/usr/sbin:/sbin:/usr/bin:/bin") is None:
+            missing.append(f"{tool} (Debian: iproute2/nftables)")
+    try:
+        import pyroute2  # noqa: F401
+    except ImportError:
+        missing.append("python3-pyroute2")
+    if not os.path.exists("/dev/net/tun"):
+        missing.append("/dev/net/tun")
+    return missing
 
 
 class RunLayout:

@@ -19,6 +19,7 @@ import rospy
 import rostest
 from sensor_msgs.msg import CompressedImage, Image
 
+from overlay_manager import waiting
 from overlay_manager.msg import Peer, PeerList, StreamState
 
 RAW = "/camera/image_raw"
@@ -28,14 +29,8 @@ BUDGET_DERP_KBPS = 4000.0  # link_aware_camera.test
 
 
 def wait_for(what, predicate, timeout=15.0):
-    """Poll predicate until it returns something truthy; fail naming what was awaited."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+    """overlay_manager.waiting.wait_for every 0.05 s; a timeout fails the test (AssertionError)."""
+    return waiting.wait_for(what, predicate, timeout, interval=0.05, error=AssertionError)
 
 
 def make_frame():

@@ -24,6 +24,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "unit"))
 from tsfake import FakeTailscaled  # noqa: E402
 
+from overlay_manager import waiting  # noqa: E402
+
 pytestmark = pytest.mark.skipif(shutil.which("roslaunch") is None, reason="ROS not installed (scripts/setup)")
 HAVE_AGGREGATOR = os.path.exists("/usr/lib/diagnostic_aggregator/aggregator_node") or bool(
     shutil.which("rospack") and subprocess.run(["rospack", "find", "diagnostic_aggregator"], capture_output=True,
@@ -43,14 +45,8 @@ def _free_port() -> int:
 
 
 def _wait(what, check, timeout, detail=lambda: ""):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}; last state: {detail()}")
-        time.sleep(0.1)
+    """overlay_manager.waiting.wait_for every 0.1 s; a timeout fails the test (AssertionError)."""
+    return waiting.wait_for(what, check, timeout, interval=0.1, detail=detail, error=AssertionError)
 
 
 class Launch:

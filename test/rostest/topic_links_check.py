@@ -16,6 +16,7 @@ import rosgraph
 import rospy
 import rostest
 
+from overlay_manager import waiting
 from overlay_manager.msg import TopicLinkList
 from overlay_manager.srv import GetTopicLinks
 
@@ -23,13 +24,8 @@ NS = "/overlay_manager/"
 
 
 def wait_for(what, predicate, timeout=30.0, describe=lambda: ""):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.2)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what}; last seen: {describe()}")
+    """overlay_manager.waiting.wait_for every 0.2 s; a timeout fails the test (AssertionError)."""
+    return waiting.wait_for(what, predicate, timeout, interval=0.2, detail=describe, error=AssertionError)
 
 
 def by_pair(links):

@@ -22,6 +22,7 @@ from pathlib import Path
 
 import pytest
 
+from overlay_manager import waiting
 from overlay_manager.lab import robots
 
 ROBOT, LAPTOP = "robot1", "laptop"
@@ -33,14 +34,8 @@ RECORDER = Path(__file__).resolve().parents[1] / "rostest" / "record_topics.py"
 
 
 def _wait(what, check, timeout, detail=lambda: ""):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}; last state: {detail()}")
-        time.sleep(0.05)
+    """overlay_manager.waiting.wait_for every 0.05 s; a timeout fails the test (AssertionError)."""
+    return waiting.wait_for(what, check, timeout, interval=0.05, detail=detail, error=AssertionError)
 
 
 class Record:
