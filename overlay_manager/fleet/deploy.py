@@ -35,7 +35,7 @@ from urllib.parse import urlsplit
 import yaml
 
 from ..files import atomic_write
-from ..validation import ConfigError, Reader
+from ..validation import ConfigError, Reader, require_file
 from . import tls
 from .config import FleetConfig, FleetError
 from .headscale import HeadscaleCLI, find_headscale
@@ -286,6 +286,8 @@ def init_deployment(fleet: FleetConfig, outdir: str | Path,
         raise FleetError("path too long for a unix socket (max 100 characters); use a shorter "
                          "deployment directory", file=root / "run" / "headscale.sock")
     check_tls_files(fleet)
+    for i, derp_map in enumerate(fleet.server.derp.extra_maps):  # headscale reads them at start
+        require_file(fleet.path, f"server.derp.extra_maps[{i}]", derp_map, what="DERP map")
     if (root / "deployment.json").exists():
         return _write_deployment(fleet, root, root, binary, new=False)
     if root.exists() and not root.is_dir():

@@ -150,3 +150,11 @@ def test_corrupt_deployment_json_is_a_clear_error(tmp_path: Path) -> None:
     (tmp_path / "deployment.json").write_text("[1, 2]")
     with pytest.raises(FleetError, match="corrupt"):
         Deployment.open(tmp_path, HEADSCALE)
+
+
+def test_missing_derp_map_is_named(tmp_path: Path) -> None:
+    path = write_fleet(tmp_path, {"url": "https://10.231.0.2:8443", "derp": {"extra_maps": ["derp.yaml"]}})
+    with pytest.raises(ConfigError) as info:
+        init_deployment(load_fleet(path), tmp_path / "hs", HEADSCALE)
+    assert info.value.key == "server.derp.extra_maps[0]" and "does not exist" in str(info.value)
+    _assert_nothing_left(tmp_path, tmp_path / "hs", [])

@@ -387,3 +387,59 @@ def test_lab_cli(tmp_path: Path, case: str, content: Optional[bytes]) -> None:
     res = _run([sys.executable, str(REPO / "scripts" / "lab"), "up", str(path), "--workdir",
                 str(tmp_path / "work"), "--run-id", "h3v"])
     _check_cli(res, "lab: error: ", path)
+
+
+# --- mutations of the shipped examples --------------------------------------------------------
+
+MUTANTS = [None, True, 0, -1, 1.5, float("nan"), float("inf"), 10 ** 30, 2 ** 64, "", "x", SECRET, [], [1],
+           {}, {1: 2}, {"a": None}, "a" * 300, "Robot_1", "https://h:99999/x", ["a", 3]]
+
+
+def _mutants(base: Any, rnd: Any, n: int) -> Any:
+    """``n`` copies of ``base`` with 1-3 values replaced, keys added or keys removed (seeded)."""
+    def paths(d: Any, pre: tuple = ()) -> Any:
+        yield pre
+        items = d.items() if isinstance(d, dict) else enumerate(d) if isinstance(d, list) else ()
+        for k, v in items:
+            yield from paths(v, pre + (k,))
+
+    for _ in range(n):
+        d = copy.deepcopy(base)
+        for _ in range(rnd.randint(1, 3)):
+            p = rnd.choice([p for p in paths(d) if p])
+            cur = d
+            for k in p[:-1]:
+                cur = cur[k]
+            r = rnd.random()
+            if r < 0.7:
+                cur[p[-1]] = rnd.choice(MUTANTS)
+            elif isinstance(cur, dict) and r < 0.85:
+                cur[rnd.choice([0, 1.5, "zzz", "node", "teams"])] = rnd.choice(MUTANTS)
+            elif isinstance(cur, dict):
+                del cur[p[-1]]
+        yield d
+
+
+@pytest.mark.parametrize("loader,example", [
+    ("robot", "config/robot.example.yaml"), ("fleet", "config/fleet.example.yaml"),
+    ("lab", "config/lab/two_buildings.yaml"),
+])
+def test_mutated_examples_only_give_config_errors(loader: str, example: str) -> None:
+    """300 seeded mutations of each shipped example: valid, or a ConfigError that keeps every
+    promise; never another exception."""
+    import random
+
+    from overlay_manager.config import parse_robot_config
+    from overlay_manager.fleet.config import load_fleet_dict
+    from overlay_manager.lab.spec import parse_spec
+    parse = {"robot": lambda d: parse_robot_config(d, "in.yaml"), "fleet": lambda d: load_fleet_dict(d, "in.yaml"),
+             "lab": lambda d: parse_spec(d, "in.yaml")}[loader]
+    base = yaml.safe_load((REPO / example).read_text())
+    errors = 0
+    for d in _mutants(base, random.Random(f"{loader}-1"), 300):
+        try:
+            parse(d)
+        except ConfigError as e:
+            errors += 1
+            check_message(e, "in.yaml", None, "")
+    assert errors > 100  # the mutations do reach the validation
