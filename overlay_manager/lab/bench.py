@@ -24,13 +24,18 @@ Paths, all from the laptop (client) to robot1 (server, publisher):
                (replies match the mapping the laptop created). The classic road-warrior setup.
 ``ts-direct``  tailscale, hole-punched (proved by ``tailscale ping``), ROS with overlay names.
 ``ts-derp``    tailscale relayed through headscale's embedded DERP (UDP blocked at r-b1).
+``ts-peer-relay`` tailscale through the fleet's peer relay relay1 on the campus server network
+               (a ``public`` building): r-b1 lets UDP out only to STUN and the relay's port, as a
+               campus that opens one UDP port on one server; its relay server is turned on from
+               its bundle's ``relay`` key through the LocalAPI, as the node does.
 
 Per path: iperf3 TCP throughput and UDP jitter/loss at a set bitrate (1200-byte datagrams, which
 fit every tunnel MTU), ICMP ping RTT, a 640x480 rgb8 30 Hz sensor_msgs/Image topic (delivered
 rate, latency = receive time - header.stamp on the same clock) while a geometry_msgs/Twist is sent
 at 50 Hz and echoed back (round trip p50/p99), and the time from starting the subscriber to its
 first frame. For tailscale also the time from ``robot.launch`` on a never-enrolled laptop to the
-first camera frame (enrolment + names + ROS), direct (laptop) and with UDP blocked (laptop2).
+first camera frame (enrolment + names + ROS), direct (laptop), with UDP blocked (laptop2) and
+through the relay (laptop3).
 Impairment sweep on building b1's uplink: loss 0/1/5 % per direction and a 100 Mbit/s rate limit.
 Delay and jitter need tc netem; on kernels without sch_netem (this workplace) they are skipped
 and the report says so.
@@ -64,7 +69,9 @@ from .bench_paths import (
     IPERF_PORT,
     LAPTOP,
     LAPTOP2,
+    LAPTOP3,
     PATHS,
+    RELAY,
     ROBOT,
     SPEC,
     WG_PORT,
@@ -147,6 +154,17 @@ def run(out_dir: Path, quick: bool = False, seconds: Optional[float] = None, udp
         launch["ts-derp"] = cold_launch(LAPTOP2, "ts-derp")
         sweep_path("ts-derp")
         paths.stop_robot_helper("ts-derp")
+        # --- peer relay: UDP out of b1 only to the campus servers (STUN, the relay's port)
+        say("relay1: enrol, relay server on from its bundle")
+        lab.tailscale_up(RELAY)
+        lab.enable_relays()
+        lab.unblock_udp(B1)
+        lab.udp_servers_only(B1)
+        wait_for("the laptop -> robot1 path to turn peer-relay", lambda: measure.ts_path() == "peer-relay", 90)
+        paths.start_robot_helper("ts-peer-relay")
+        launch["ts-peer-relay"] = cold_launch(LAPTOP3, "ts-peer-relay")
+        sweep_path("ts-peer-relay")
+        paths.stop_robot_helper("ts-peer-relay")
         lab.unblock_udp(B1)
         # --- plain WireGuard
         paths.dmz(B1, ROBOT, [WG_PORT], tcp_icmp=False)

@@ -86,7 +86,7 @@ class Measure:
                 "ping_loss_pct": float(loss.group(1)) if loss else None}
 
     def ts_path(self) -> str:
-        """The tailscale path laptop -> robot1 (``tailscale ping``): direct, derp or none."""
+        """The tailscale path laptop -> robot1 (``tailscale ping``): direct, derp, peer-relay or none."""
         return self.lab.ping(LAPTOP, ROBOT, count=2, timeout=30).path
 
     def measure(self, path: str, ros: bool = True) -> Dict[str, Any]:

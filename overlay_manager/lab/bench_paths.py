@@ -1,8 +1,9 @@
-"""The benchmark's four paths between two buildings, and how each is set up (see bench.py).
+"""The benchmark's five paths between two buildings, and how each is set up (see bench.py).
 
 ``underlay`` (port forwards in both NATs, building addresses on ``lo``), ``wireguard`` (plain
-wireguard-go behind one port forward), ``ts-direct`` and ``ts-derp`` (tailscale with overlay
-names). :class:`PathSetup` gives each path's ROS environment and server address, starts the
+wireguard-go behind one port forward), ``ts-direct``, ``ts-derp`` and ``ts-peer-relay``
+(tailscale with overlay names; the last through the fleet's peer relay on the campus server
+network). :class:`PathSetup` gives each path's ROS environment and server address, starts the
 robot side (the lab camera and Twist echo from rosnodes.py) and sets up and removes the port
 forwards and the WireGuard tunnel.
 """
@@ -25,13 +26,17 @@ SPEC: Dict[str, Any] = {
     "buildings": {
         "b1": {"nat": "eim-adpf", "hosts": {"robot1": {"team": "alpha", "role": "robot"}}},
         "b2": {"nat": "eim-adpf", "hosts": {"laptop": {"team": "alpha", "role": "operator"},
-                                            "laptop2": {"team": "alpha", "role": "operator"}}},
+                                            "laptop2": {"team": "alpha", "role": "operator"},
+                                            "laptop3": {"team": "alpha", "role": "operator"}}},
+        "campus": {"nat": "public", "hosts": {"relay1": {"team": "alpha", "role": "base_station"}}},
     },
     "teams": {"alpha": {"master": "robot1"}},
+    "relays": {"relay1": {"port": 40000}},
 }
-"""The bench's lab: robot1 alone in b1, two operators in b2, both buildings behind eim-adpf NATs."""
-ROBOT, LAPTOP, LAPTOP2, B1, B2 = "robot1", "laptop", "laptop2", "b1", "b2"
-PATHS = ("underlay", "wireguard", "ts-direct", "ts-derp")
+"""The bench's lab: robot1 alone in b1, three operators in b2, both buildings behind eim-adpf NATs;
+relay1, the fleet's peer relay, on the campus server network (a ``public`` building)."""
+ROBOT, LAPTOP, LAPTOP2, LAPTOP3, RELAY, B1, B2 = "robot1", "laptop", "laptop2", "laptop3", "relay1", "b1", "b2"
+PATHS = ("underlay", "wireguard", "ts-direct", "ts-derp", "ts-peer-relay")
 WG_NET = {ROBOT: "10.99.0.1", LAPTOP: "10.99.0.2"}
 WG_PORT = 51820
 IPERF_PORT = 5201

@@ -37,7 +37,7 @@ def render_markdown(data: Dict[str, Any]) -> str:
     res, paths, sweep = data["results"], data["paths"], data["sweep"]
     base = sweep[0]
     m = data["meta"]
-    lines = ["# Benchmark: underlay vs plain WireGuard vs tailscale direct vs tailscale via DERP", "",
+    lines = ["# Benchmark: underlay vs plain WireGuard vs tailscale direct, via DERP and via a peer relay", "",
              f"{m['date']}, {m['cores']} cores, {m['seconds_per_test']:g} s per test, UDP at {m['udp_mbit']:g} Mbit/s "
              f"(1200-byte datagrams), camera {m['image']}, control Twist at {m['control_hz']:g} Hz echoed "
              f"(measured while the camera streams); full run {m['run_seconds']:.0f} s.", "",
@@ -85,7 +85,7 @@ def plot(data: Dict[str, Any], out_dir: Path) -> List[Path]:
     for ax, (key, label, unit, _) in zip(axes.flat, METRICS):
         vals = [res.get(p, {}).get(sweep[0], {}).get(key) for p in paths]
         ax.bar(paths, [v if isinstance(v, (int, float)) else 0 for v in vals],
-               color=["#777", "#4a7", "#37c", "#c73"])
+               color=["#777", "#4a7", "#37c", "#c73", "#1565c0"][:len(paths)])
         ax.set_title(f"{label} ({unit})", fontsize=10)
         ax.tick_params(axis="x", labelrotation=30, labelsize=8)
     fig.suptitle("overlay_manager bench: paths, no impairment")
