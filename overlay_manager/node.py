@@ -172,6 +172,7 @@ class OverlayNode:
         self._last_peers: Optional[Tuple[Any, ...]] = None  # overlay-report only
         self._next_periodic = 0.0                          # overlay-report only (monotonic s)
         self._publish_faults: Dict[str, str] = {}          # overlay-report only: topic -> error
+        self._diag_msgs: Dict[Any, DiagnosticStatus] = {}  # overlay-report only: Diagnostic -> message
         self._logged_error = ""                            # overlay-poll only
         self._reporter_fault = ""                          # overlay-poll only
         self._iperf: Optional[Any] = None                  # overlay-iperf only
@@ -386,11 +387,16 @@ class OverlayNode:
         """One DiagnosticStatus for the overlay, one per peer, one for the node's own threads."""
         arr = DiagnosticArray()
         arr.header.stamp = now
+        built: Dict[Any, DiagnosticStatus] = {}
         for d in self.m.diagnostics():
-            s = DiagnosticStatus(level=d.level, name=f"{self._name}: {d.name}", message=d.message,
-                                 hardware_id=self.cfg.hostname)
-            s.values = [KeyValue(key=k, value=v) for k, v in d.values]
+            s = self._diag_msgs.get(d)  # unchanged entries (most of hundreds of peers) are reused
+            if s is None:
+                s = DiagnosticStatus(level=d.level, name=f"{self._name}: {d.name}", message=d.message,
+                                     hardware_id=self.cfg.hostname)
+                s.values = [KeyValue(key=k, value=v) for k, v in d.values]
+            built[d] = s
             arr.status.append(s)
+        self._diag_msgs = built
         bad = [h for h in health if h.level > OK]
         problems = [h.message for h in bad] + sorted(self._publish_faults.values())
         level = max([h.level for h in bad] + ([ERROR] if self._publish_faults else []) + [OK])
