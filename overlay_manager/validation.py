@@ -58,7 +58,8 @@ _SECRET_RES: Tuple[Tuple["re.Pattern[str]", str], ...] = (
 )
 # Long hex tokens (headscale's legacy 48-hex keys, hashes used as secrets) that hold a digit.
 _HEX_RE = re.compile(r"\b[0-9a-fA-F]{32,}\b")
-# Long base64/base64url runs that mix upper case, lower case and digits (WireGuard keys, tokens).
+# Long base64/base64url runs that mix upper case, lower case and digits (WireGuard keys, tokens);
+# runs with a '/' count only when padded ('='), so file paths stay readable.
 _B64_RE = re.compile(r"[A-Za-z0-9+/_-]{32,}={0,2}")
 
 
@@ -69,6 +70,8 @@ def _hex_sub(match: "re.Match[str]") -> str:
 
 def _b64_sub(match: "re.Match[str]") -> str:
     word = match.group(0)
+    if "/" in word and not word.endswith("="):  # a file path, not a padded base64 key
+        return word
     if any(c.isupper() for c in word) and any(c.islower() for c in word) and any(c.isdigit() for c in word):
         return REDACTED
     return word

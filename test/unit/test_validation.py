@@ -242,6 +242,8 @@ def test_huge_yaml_number_is_not_finite(tmp_path: Path) -> None:
     "nodekey:" + "0123456789abcdef" * 4,
     "mkey:" + "fe" * 32,
     "yAnz5TF+lXXJte14tji3zlMNq+hd2rYUIgJBgB3fBmk=",  # a WireGuard private key
+    "mK8/3qPz1Xw+Yv9T0bLhR2sN5cJ7dF4gA6eU/oW1iQk=",  # one with '/' in it
+    "kQ7xZ2CNTRL9fJ3mP0aLwX8vB4nR6tY1uE5sD7gH2jK",  # an unpadded token
     "-----BEGIN PRIVATE KEY-----\nMIGHAgEAMBMGByqGSM49AgEGCCqGSM49AwEHBG0wawIBAQQg\n-----END PRIVATE KEY-----",
     "-----BEGIN EC PRIVATE KEY-----\nMHcCAQEEIB",
 ])
@@ -260,6 +262,8 @@ def test_redact_removes_every_key_shape(text: str) -> None:
     "100.64.0.1",
     "tag:team-alpha",
     "a" * 60 + ".example.org",  # a long name of hex letters only is not a key
+    "/home/User1/Projects/robot2/config/robotConfig.yaml",
+    "/opt/Fleet2026/bundles/alphaRobot1/ca.crt",
     "the quick brown fox jumps over the lazy dog",
 ])
 def test_redact_keeps_ordinary_text(text: str) -> None:
