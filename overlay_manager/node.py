@@ -173,6 +173,7 @@ class OverlayNode:
         self._next_periodic = 0.0                          # overlay-report only (monotonic s)
         self._publish_faults: Dict[str, str] = {}          # overlay-report only: topic -> error
         self._diag_msgs: Dict[Any, DiagnosticStatus] = {}  # overlay-report only: Diagnostic -> message
+        self._peer_msgs: Dict[PeerState, Peer] = {}        # overlay-report only: PeerState -> message
         self._logged_error = ""                            # overlay-poll only
         self._reporter_fault = ""                          # overlay-poll only
         self._iperf: Optional[Any] = None                  # overlay-iperf only
@@ -343,7 +344,12 @@ class OverlayNode:
         pl.header.stamp = _time(reading.ok_wall) if reading.ok_wall > 0 else now
         pl.stale = fresh.stale
         pl.self_peer = peer_msg(snap.self_peer if snap else None)
-        pl.peers = [peer_msg(p) for p in snap.peers] if snap else []
+        built: Dict[PeerState, Peer] = {}
+        for p in snap.peers if snap else ():
+            m = self._peer_msgs.get(p)  # unchanged peers (the same PeerState) keep their message
+            built[p] = m if m is not None else peer_msg(p)
+            pl.peers.append(built[p])
+        self._peer_msgs = built
         return pl
 
     def status_msg(self, reading: Optional[Reading] = None, fresh: Optional[Freshness] = None,
@@ -378,8 +384,8 @@ class OverlayNode:
                             preferred_derp_latency_ms=nat.preferred_derp_latency_ms, summary=nat.summary)
         relay = self.m.relay_state
         st.relay_active = relay.active
-        st.relay_port = relay.port or 0
-        st.relay_sessions = len(relay.sessions)
+        st.relay_port = relay.port if relay.port and 0 < relay.port < 65536 else 0  # uint16 (0 = off/unknown)
+        st.relay_sessions = min(len(relay.sessions), 2 ** 32 - 1)
         st.relay_summary = relay_summary(self.cfg.relay, relay)[0]
         return st
 
