@@ -154,3 +154,11 @@ def test_status_key_ignores_stamp_and_age_only():
     assert N.status_key(a) == N.status_key(b)
     b.stale = True
     assert N.status_key(a) != N.status_key(b)
+
+
+def test_relay_port_out_of_range_does_not_stop_status(rig):
+    from overlay_manager.relay import RelayServerState
+    fake, n = rig
+    n.m.relay_state = RelayServerState(port=99999)  # what a garbled LocalAPI answer could give
+    st = _cycle(n, periodic=True)["~status"][0]
+    assert st.relay_port == 0 and st.faults == []
