@@ -162,3 +162,30 @@ def test_relay_port_out_of_range_does_not_stop_status(rig):
     n.m.relay_state = RelayServerState(port=99999)  # what a garbled LocalAPI answer could give
     st = _cycle(n, periodic=True)["~status"][0]
     assert st.relay_port == 0 and st.faults == []
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")
+def test_a_dead_or_stuck_thread_is_an_error_naming_it(rig):
+    import threading
+    fake, n = rig
+    _cycle(n, periodic=True)
+
+    def die():
+        raise SystemExit("killed")  # escapes the worker's catch: the thread ends
+
+    release = threading.Event()
+    dead = Worker("overlay-dead", die, 0.05, 5.0)
+    stuck = Worker("overlay-stuck", lambda: release.wait(10), 0.05, 0.2)
+    dead.join(2)
+    time.sleep(0.4)
+    n.workers += [dead, stuck]
+    try:
+        out = _cycle(n)
+        st = out["~status"][0]
+        assert any(f.startswith("thread overlay-dead died: SystemExit") for f in st.faults), st.faults
+        assert any(f.startswith("thread overlay-stuck is stuck") for f in st.faults), st.faults
+        (threads,) = (s for s in out["/diagnostics"][0].status if s.name.endswith("node threads"))
+        assert threads.level == 2 and "overlay-dead" in threads.message and "overlay-stuck" in threads.message
+    finally:
+        release.set()
+        stuck.stop()
