@@ -187,7 +187,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     try:
         cfg = load_robot_config(args.config)
     except ConfigError as exc:
-        _err(f"{exc}\n  (pass --config FILE or set {CONFIG_ENV}; example: config/robot.example.yaml)")
+        hint = (f"\n  (pass --config FILE or set {CONFIG_ENV}; example: config/robot.example.yaml)"
+                if exc.key == "(file)" else "")  # only when the file itself is the problem
+        _err(f"{exc}{hint}")
         return 2
     if args.install_ca:
         try:
