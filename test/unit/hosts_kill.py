@@ -24,6 +24,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
@@ -187,6 +188,53 @@ def _read(path: str) -> bytes:
         return fh.read()
 
 
+def random_kills(path: str, keep: Sequence[str], kills: int = 100, seed: int = 1) -> Dict[str, object]:
+    """SIGKILL, at random moments, a child that updates path back and forth between a long and
+    a short block without pause (no hooks: kills land anywhere, also inside a write). After each
+    kill the file must hold one of the two contents (or a long-to-short update's padded
+    intermediate) unless the kill was inside a write, and the next update must give exactly the
+    expected file with no files left. Returns {"kills": N, "mid": {...counts}, "failures": [...]}.
+    """
+    import random
+    rnd = random.Random(seed)
+    long_c, short_c = content(MANY + OWN), content(FEW + OWN)
+    clean = {long_c: "long", short_c: "short", short_c + b"\n" * (len(long_c) - len(short_c)): "padded"}
+    failures: List[str] = []
+    mid_counts: Dict[str, int] = {}
+    directory = os.path.dirname(path)
+    reset(path, long_c)
+    for i in range(kills):
+        sys.stdout.flush()
+        pid = os.fork()
+        if pid == 0:
+            try:
+                while True:
+                    H.update_hosts_file(path, FEW + OWN)
+                    H.update_hosts_file(path, MANY + OWN)
+            finally:
+                os._exit(3)
+        time.sleep(rnd.uniform(0.001, 0.03))
+        os.kill(pid, signal.SIGKILL)
+        _, status = os.waitpid(pid, 0)
+        if not (os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL):
+            failures.append(f"kill {i}: the updater ended by itself (status {status:#x})")
+            continue
+        kind = clean.get(_read(path), "torn")
+        mid_counts[kind] = mid_counts.get(kind, 0) + 1
+        want = FEW + OWN if i % 2 else MANY + OWN
+        try:
+            H.update_hosts_file(path, want)
+        except Exception as exc:  # noqa: BLE001 - recorded as a failure
+            failures.append(f"kill {i} ({kind}): the next update failed: {exc}")
+            continue
+        if _read(path) != content(want):
+            failures.append(f"kill {i} ({kind}): the next update gave {_read(path)[-160:]!r}")
+        extra = leftovers(directory, keep)
+        if extra:
+            failures.append(f"kill {i} ({kind}): files left behind: {extra}")
+    return {"kills": kills, "mid": mid_counts, "failures": failures}
+
+
 def bind_case(which: str, directory: str) -> Dict[str, object]:
     """In a private mount namespace: a source file bind-mounted onto a target file; update through
     'target' or 'source' while killing; both must show the result and keep the inode."""
@@ -201,6 +249,11 @@ def bind_case(which: str, directory: str) -> Dict[str, object]:
             path, other = (dst, src) if which == "target" else (src, dst)
             res = scenario(path, old, new, keep=["netns-hosts", "etc-hosts"], views=[other], same_inode=True)
             out[label] = res
+        ino = os.stat(src).st_ino
+        res = random_kills(dst if which == "target" else src, keep=["netns-hosts", "etc-hosts"])
+        if os.stat(src).st_ino != ino or _read(src) != _read(dst):
+            res["failures"].append("after the random kills the two sides of the bind mount differ")
+        out["random"] = res
         return out
     finally:
         subprocess.run(["umount", dst], check=False)

@@ -247,3 +247,14 @@ def test_sigkill_at_every_step_then_next_update_repairs(tmp_path, monkeypatch, i
     assert r["failures"] == []
     assert "pwrite" in r["calls"] and ("replace" in r["calls"]) != in_place
     assert r["torn"] == 3 * r["calls"].count("pwrite")
+
+
+@pytest.mark.parametrize("in_place", [False, True], ids=["rename", "in-place"])
+def test_sigkill_at_random_moments_then_next_update_repairs(tmp_path, monkeypatch, in_place):
+    if in_place:
+        monkeypatch.setattr(H, "keeps_inode", lambda real, st: True)
+    r = K.random_kills(str(tmp_path / "hosts"), keep=["hosts"], kills=60)
+    print(f"{'in-place' if in_place else 'rename'}: {r['kills']} random SIGKILLs, file after the kill: {r['mid']}")
+    assert r["failures"] == []
+    if not in_place:
+        assert "torn" not in r["mid"] and "padded" not in r["mid"]   # rename: old or new, nothing else
