@@ -25,23 +25,27 @@ CLI_TIMEOUT_S = 30.0
 def find_headscale(explicit: str | Path | None = None) -> str:
     """Path of the headscale binary.
 
-    Order: ``explicit``; ``$HEADSCALE_BIN``; ``<repo>/.tools/bin/headscale``; ``headscale`` on
-    PATH. Raises FleetError when none exists.
+    Order: ``explicit``; ``$HEADSCALE_BIN``; ``<repo>/.tools/bin/headscale`` (scripts/setup's
+    pinned build) only when running from a source checkout; ``headscale`` on PATH. An installed
+    package never looks next to its own files. Raises FleetError when none exists.
     """
     candidates: list[str] = []
     if explicit:
         candidates.append(str(explicit))
     if os.environ.get("HEADSCALE_BIN"):
         candidates.append(os.environ["HEADSCALE_BIN"])
-    candidates.append(str(Path(__file__).resolve().parents[2] / ".tools" / "bin" / "headscale"))
+    repo = Path(__file__).resolve().parents[2]
+    if (repo / "package.xml").is_file() and (repo / "scripts" / "setup").is_file():  # a source checkout
+        candidates.append(str(repo / ".tools" / "bin" / "headscale"))
     for c in candidates:
         if os.path.isfile(c) and os.access(c, os.X_OK):
             return c
     found = shutil.which("headscale")
     if found:
         return found
-    raise FleetError("headscale binary not found (give --headscale, set HEADSCALE_BIN, "
-                     "or run scripts/setup to build .tools/bin/headscale)")
+    raise FleetError("headscale binary not found (give --headscale, set HEADSCALE_BIN, put "
+                     "headscale on PATH, or in a source checkout run scripts/setup to build "
+                     ".tools/bin/headscale)")
 
 
 def parse_time(value: Any) -> datetime | None:
