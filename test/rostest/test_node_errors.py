@@ -137,29 +137,26 @@ def _raw_config(tmp_path, case):
         return str(p)
     if case == "binary":
         p.write_bytes(b"\x89PNG\r\n\x1a\n\x00\xff\xfe")
-    elif case == "duplicate":
-        p.write_text("hostname: robota\nhostname: robotb\n")
     elif case == "deep":
         p.write_text("a: " + "[" * 5000 + "]" * 5000 + "\n")
     else:
-        node_key, value = {"nan": ("publish_rate", float("nan")), "inf": ("poll_rate", float("inf")),
-                           "huge": ("publish_rate", 1e300)}.get(case, (None, None))
+        node_key, value = {"nan": ("publish_rate", float("nan")),
+                           "inf": ("poll_rate", float("inf"))}.get(case, (None, None))
         if node_key:
             base["node"][node_key] = value
         if case == "key-as-path":
             base["auth_key_file"] = SECRET
-        if case == "url":
-            base["login_server"] = "https://h:99999/x y"
         if case == "big":
             base["hostname"] = "r" * (5 * 1024 * 1024)
         p.write_text(yaml.dump(base, Dumper=getattr(yaml, "CSafeDumper", yaml.SafeDumper)))
     return str(p)
 
 
+# The real node for the cases the issue saw crash it; every other hostile input goes through
+# the same loader and is covered by test/unit/test_validation.py (loaders and CLIs).
 @pytest.mark.parametrize("case,key", [
-    ("nan", "node.publish_rate"), ("inf", "node.poll_rate"), ("huge", "node.publish_rate"),
-    ("directory", "(file)"), ("binary", "(file)"), ("duplicate", "hostname"), ("deep", "(yaml)"),
-    ("key-as-path", "auth_key_file"), ("url", "login_server"), ("big", "hostname"),
+    ("nan", "node.publish_rate"), ("inf", "node.poll_rate"), ("directory", "(file)"),
+    ("binary", "(file)"), ("deep", "(yaml)"), ("key-as-path", "auth_key_file"), ("big", "hostname"),
 ])
 def test_hostile_config_exits_2_with_one_clear_line(master, tmp_path, case, key):
     """Any bad config: FATAL naming file and key, exit 2, no traceback, no secret, short."""
