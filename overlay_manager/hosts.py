@@ -209,7 +209,7 @@ def bind_mounted(real: str, st: os.stat_result, proc: str = "/proc") -> bool:
     containing = [m for m in mounts if _under(real, m[2])]
     if not containing:
         return True
-    dev, root, mp = max(containing, key=lambda m: len(m[2]))
+    dev, root, mp = max(reversed(containing), key=lambda m: len(m[2]))  # the top one of stacked mounts
     if dev != majmin:
         return True
     rel = os.path.normpath(os.path.join(root, os.path.relpath(real, mp)))

@@ -258,3 +258,40 @@ def test_sigkill_at_random_moments_then_next_update_repairs(tmp_path, monkeypatc
     assert r["failures"] == []
     if not in_place:
         assert "torn" not in r["mid"] and "padded" not in r["mid"]   # rename: old or new, nothing else
+
+
+def _fake_proc(tmp_path, own, others):
+    """A /proc with self/mountinfo = own and one process per entry of others (its mountinfo)."""
+    proc = tmp_path / "proc"
+    (proc / "self").mkdir(parents=True)
+    (proc / "self" / "mountinfo").write_text(own)
+    for i, text in enumerate(others, start=100):
+        d = proc / str(i)
+        (d / "ns").mkdir(parents=True)
+        os.symlink(f"mnt:[{4026530000 + i}]", d / "ns" / "mnt")
+        (d / "mountinfo").write_text(text)
+    return str(proc)
+
+
+def test_bind_mounted_reads_every_mount_namespace(tmp_path):
+    d = tmp_path / "my ns"
+    d.mkdir()
+    (d / "hosts").write_bytes(b"")
+    src = str(d / "hosts")
+    st = os.stat(src)
+    dev = f"{os.major(st.st_dev)}:{os.minor(st.st_dev)}"
+    root_line = f"1 0 {dev} / / rw - ext4 /dev/vda rw\n"           # the file's fs at / (rel = path)
+    bind = f"9 1 {dev} {src.replace(' ', chr(92) + '040')} /fake/etc/hosts rw - ext4 /dev/vda rw\n"
+    proc = _fake_proc(tmp_path, root_line, [root_line, root_line + bind])
+    assert H.bind_mounted(src, st, proc) is True                         # bound in another namespace
+    other = str(tmp_path / "other")
+    (tmp_path / "other").write_bytes(b"")
+    assert H.bind_mounted(other, os.stat(other), proc) is False          # not bound anywhere
+    here = _fake_proc(tmp_path / "b", root_line + bind, [])
+    assert H.bind_mounted("/fake/etc/hosts", st, here) is True           # a mount point here
+    # the journal: next to the source, from either side
+    want = str(d / f".hosts.{st.st_ino}.overlay_manager-journal")
+    assert H.journal_path("/fake/etc/hosts", st, here) == want == H.journal_path(src, st, proc)
+    other_dev = _fake_proc(tmp_path / "c", "1 0 7:77 / / rw - ext4 /dev/x rw\n", [])
+    assert H.bind_mounted(src, st, other_dev) is True                    # cannot place the file: in place
+    assert H.bind_mounted(src, st, str(tmp_path / "no-proc")) is True    # no mount table: in place
