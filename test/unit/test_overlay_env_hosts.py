@@ -1,0 +1,39 @@
+"""`overlay_env --write-hosts` against a fake tailscaled: split horizon, any bytes, clear errors."""
+from overlay_manager.ros_env import main
+
+OUTSIDE = b"127.0.0.1\tlocalhost\r\n# caf\xe9 \xff not UTF-8\r\n"
+
+
+def _config(tmp_path, socket_path, hosts):
+    cfg = tmp_path / "robot.yaml"
+    cfg.write_text(f"hostname: robota\nlogin_server: https://10.99.0.2:8443\nbase_domain: fleet.internal\n"
+                   f"master: robota\ntailscale:\n  socket: {socket_path}\n"
+                   f"node:\n  manage_hosts: true\n  hosts_file: {hosts}\n")
+    return str(cfg)
+
+
+def test_write_hosts_split_horizon_keeps_latin1_and_crlf(fake_tailscaled, tmp_path, capsys):
+    hosts = tmp_path / "hosts"
+    hosts.write_bytes(OUTSIDE)
+    cfg = _config(tmp_path, fake_tailscaled.socket_path, hosts)
+    assert main(["--config", cfg, "--write-hosts"]) == 0
+    out, err = capsys.readouterr()
+    assert "export ROS_HOSTNAME=robota.fleet.internal" in out
+    assert "robota.fleet.internal, robota -> loopback" in err
+    data = hosts.read_bytes()
+    assert data.startswith(OUTSIDE)
+    block = data[len(OUTSIDE):].split(b"\r\n")
+    assert block[1] == b"127.0.1.1 robota.fleet.internal robota"
+    assert b"100.64.0.2 robotb.fleet.internal robotb" in block
+    assert b"100.64.0.1" not in data
+    assert main(["--config", cfg, "--write-hosts"]) == 0 and hosts.read_bytes() == data  # idempotent
+
+
+def test_write_hosts_unbalanced_block_is_one_clear_line(fake_tailscaled, tmp_path, capsys):
+    hosts = tmp_path / "hosts"
+    hosts.write_bytes(OUTSIDE + b"# BEGIN overlay_manager managed block: do not edit, rewritten on every peer change\n")
+    before = hosts.read_bytes()
+    assert main(["--config", _config(tmp_path, fake_tailscaled.socket_path, hosts), "--write-hosts"]) == 1
+    err = capsys.readouterr().err
+    assert f"{hosts}: overlay_manager block markers are unbalanced" in err and "Traceback" not in err
+    assert hosts.read_bytes() == before
