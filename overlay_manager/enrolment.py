@@ -28,6 +28,29 @@ def tailscale_env(cfg: RobotConfig) -> Dict[str, str]:
     return env
 
 
+def _node_key(status: object) -> str:
+    """This machine's node key from a LocalAPI status ("" when unknown)."""
+    me = status.get("Self") if isinstance(status, dict) else None
+    return str(me.get("PublicKey", "") or "") if isinstance(me, dict) else ""
+
+
+def _reauthenticated(api: LocalAPI, old_node_key: str, wait_s: float = 5.0) -> bool:
+    """True when tailscaled runs with a node key other than old_node_key (within wait_s seconds):
+    a re-authentication took place, whatever `tailscale up` said."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            status = api.status()
+        except TailscaleError:
+            status = {}
+        key = _node_key(status)
+        if status.get("BackendState") == "Running" and key and old_node_key and key != old_node_key:
+            return True
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.2)
+
+
 def _same_server(a: str, b: str) -> bool:
     return a.rstrip("/").lower() == b.rstrip("/").lower()
 
@@ -77,10 +100,18 @@ def ensure_enrolled(api: LocalAPI, cfg: RobotConfig, wait_s: Optional[float] = N
         tags=list(cfg.tags), accept_dns=cfg.tailscale.accept_dns, timeout_s=cfg.tailscale.up_timeout,
         force_reauth=reauth,
     )
+    old_node_key = _node_key(status)
     try:
         enrol(cfg.tailscale.cli, api.socket_path, request, env=tailscale_env(cfg))
     except EnrolError as exc:
         text = str(exc)
+        if reauth and "authkey already used" in text and _reauthenticated(api, old_node_key):
+            # Seen with headscale 0.29 + tailscale 1.102: the re-registration with the new key
+            # succeeds (new node key, same node, key marked used), then tailscaled registers once
+            # more with the same key and `tailscale up` reports headscale's "already used".
+            return EnrolResult("re-enrolled", "Running", f"re-enrolled at {cfg.login_server} as {cfg.hostname} "
+                               f"(new node key; headscale answered a repeated registration with "
+                               f"'authkey already used')")
         if "x509" in text or "certificate" in text:
             raise EnrolError(
                 text + f" -- tailscaled does not trust the server's certificate: start tailscaled with "
