@@ -36,7 +36,7 @@ def overlay_env(config: Path, *args: str) -> subprocess.CompletedProcess:
                            *args], capture_output=True, text=True, env=env, timeout=120, check=False)
 
 
-def test_rotate_then_reauth_keeps_the_node(server: Server) -> None:
+def test_rotate_then_reauth_keeps_the_node(server: Server) -> None:  # noqa: F811 - the fixture
     ts = start_tailscaled(server, HOST)
     out = server.root / "bundles" / HOST
     overrides = {"tailscale": {"socket": str(ts.socket), "cli": str(TAILSCALE), "up_timeout": 30.0}}
