@@ -184,33 +184,45 @@ class ConfigError(ValueError):
 
 
 class _UniqueKeyLoader(yaml.SafeLoader):
-    """SafeLoader (pure Python) for documents nested deeper than :data:`_C_DEPTH`: its recursion
-    ends in a RecursionError, reported as "nested too deeply"."""
+    """PyYAML's pure-Python SafeLoader, used where libyaml is not installed."""
 
 
-_CLoader: Any = getattr(yaml, "CSafeLoader", None)  # libyaml: about 20x faster on big files
-_C_DEPTH = 200
-_BRACKETS = re.compile(r"[\[\]{}]")
-_INDENT = re.compile(r"^[ \t-]*", re.M)
+_CLoader: Any = getattr(yaml, "CSafeLoader", None)  # libyaml: about 30x faster on big files
+
+#: Deepest nesting of mappings and lists accepted; config files use 4 or 5 levels.
+MAX_DEPTH = 64
 
 
-def _nesting_bound(text: str) -> int:
-    """An upper bound of the document's nesting depth: flow brackets ([ and {, counted even in
-    quoted strings) plus the widest indentation. Cheap, and never too low."""
-    depth = deepest = 0
-    for m in _BRACKETS.finditer(text):
-        depth += 1 if m.group() in "[{" else -1
-        deepest = max(deepest, depth)
-    indent = max((len(m.group()) for m in _INDENT.finditer(text)), default=0)
-    return deepest + indent
+def _check_depth(text: str, source: str) -> None:
+    """ConfigError when the document nests deeper than :data:`MAX_DEPTH`.
+
+    Runs libyaml's event parser, which is iterative: a deeply nested document costs linear time
+    here, while composing it recurses (in C for libyaml, without Python's recursion limit) and
+    PyYAML's pure-Python scanner is quadratic in the flow nesting depth.
+    """
+    loader = _CLoader(text)
+    try:
+        depth = 0
+        while loader.check_event():
+            event = loader.get_event()
+            if isinstance(event, (yaml.SequenceStartEvent, yaml.MappingStartEvent)):
+                depth += 1
+                if depth > MAX_DEPTH:
+                    raise ConfigError(source, "(yaml)", f"nested too deeply: more than {MAX_DEPTH} levels "
+                                                        f"at line {event.start_mark.line + 1}")
+            elif isinstance(event, (yaml.SequenceEndEvent, yaml.MappingEndEvent)):
+                depth -= 1
+    finally:
+        loader.dispose()
 
 
-def _loader_for(text: str) -> Any:
-    """libyaml's loader when it is there and the document is shallow (its composer recurses in
-    C, without Python's recursion limit), else the pure-Python one."""
-    if _CLoader is not None and _nesting_bound(text) <= _C_DEPTH:
-        return _CLoader(text)
-    return _UniqueKeyLoader(text)
+def _loader_for(text: str, source: str) -> Any:
+    """libyaml's loader after :func:`_check_depth`, or the pure-Python one where libyaml is
+    missing (its recursion ends in a RecursionError, reported as "nested too deeply")."""
+    if _CLoader is None:
+        return _UniqueKeyLoader(text)
+    _check_depth(text, source)
+    return _CLoader(text)
 
 
 def _scalar_key(node: Any) -> Optional[Tuple[str, str]]:
@@ -251,7 +263,7 @@ def _check_duplicates(root: Any, source: str) -> None:
 def parse_yaml(text: str, source: str) -> Any:
     """Parse YAML text (one document) with duplicate keys as errors; ConfigError for any failure."""
     try:
-        loader = _loader_for(text)  # may already reject the text (unprintable characters)
+        loader = _loader_for(text, source)  # may already reject the text (unprintable characters)
         try:
             node = loader.get_single_node()
             if node is None:

@@ -448,3 +448,20 @@ def test_mutated_examples_only_give_config_errors(loader: str, example: str) -> 
             errors += 1
             check_message(e, "in.yaml", None, "")
     assert errors > 100  # the mutations do reach the validation
+
+
+@pytest.mark.parametrize("libyaml", [True, False])
+def test_nesting_limit_with_and_without_libyaml(monkeypatch: pytest.MonkeyPatch, libyaml: bool) -> None:
+    """libyaml: refused past MAX_DEPTH before composing; pure PyYAML: its RecursionError, caught."""
+    import overlay_manager.validation as v
+    if not libyaml:
+        monkeypatch.setattr(v, "_CLoader", None)
+    elif v._CLoader is None:
+        pytest.skip("PyYAML without libyaml")
+    ok = "a: " + "[" * v.MAX_DEPTH + "]" * v.MAX_DEPTH + "\n"  # the mapping is one more level
+    assert parse_yaml(ok.replace("a: ", "", 1), "f.yaml") is not None
+    n = 3000 if libyaml else 600  # past the recursion limit (2 frames a level); PyYAML scans in n**2
+    with pytest.raises(ConfigError, match="nested too deeply") as info:
+        parse_yaml("a: " + "[" * n + "]" * n + "\n", "f.yaml")
+    assert info.value.key == "(yaml)"
+    assert parse_yaml("a: '" + "[" * 3000 + "'\n", "f.yaml") == {"a": "[" * 3000}  # brackets in a string
