@@ -61,7 +61,7 @@ def load_fleet(names: Names, source: str) -> FleetConfig:
     """The lab's FleetConfig (``source`` names it in errors)."""
     try:
         return config.load_fleet_dict(fleet_dict(names), path=source)
-    except config.FleetError as exc:
+    except (config.FleetError, config.ConfigError) as exc:
         raise LabError(f"fleet description generated from lab spec {names.spec.source} is invalid: "
                        f"{exc}") from None
 
@@ -71,7 +71,7 @@ def init_control(names: Names, outdir: Path, headscale: Path) -> tuple[FleetConf
     fleet = load_fleet(names, str(outdir / "fleet.yaml"))
     try:
         dep = deploy.init_deployment(fleet, outdir, headscale=str(headscale))
-    except config.FleetError as exc:
+    except (config.FleetError, config.ConfigError) as exc:
         raise LabError(f"cannot initialise the lab's headscale deployment in {outdir}: {exc}") from None
     return fleet, dep
 
