@@ -3,8 +3,8 @@
 Public API (see docs/CONTRACTS.md, "Fleet provisioning")::
 
     from overlay_manager.fleet import load_fleet, init_deployment, write_bundle
-    fleet = load_fleet("fleet.yaml")             # FleetConfig, or FleetError naming file/key/host
-    dep = init_deployment(fleet, "headscale")    # Deployment (idempotent)
+    fleet = load_fleet("fleet.yaml")             # FleetConfig, or ConfigError naming file/key/host
+    dep = init_deployment(fleet, "headscale")    # Deployment (idempotent; nothing half-written)
     argv = dep.serve_argv()                      # run it (in any namespace); wait for dep.cli().health()
     write_bundle(dep, fleet, "alpha-robot1", "bundles/alpha-robot1")  # robot.yaml, ca.crt, auth.key
 """
