@@ -18,6 +18,7 @@ Everything here is pure Python (no ROS) and runs on Python 3.8+.
 
 from __future__ import annotations
 
+import ipaddress
 import math
 import os
 import re
@@ -163,7 +164,8 @@ class ConfigError(ValueError):
         self.key = key
         self.problem = redact(" ".join(str(problem).split()))[:PROBLEM_CHARS]
         self.host = host
-        text = f"{self.source}: {key}: {self.problem}"
+        shown = self.source if self.source.isprintable() else shorten(self.source, 200)
+        text = f"{shown}: {key}: {self.problem}"
         if host:
             text += f" (host {shorten(host, 70)})"
         super().__init__(text)
@@ -299,6 +301,8 @@ def read_text(path: Any, source: Optional[str] = None, *, key: str = "(file)") -
         raise ConfigError(name, key, "cannot read: permission denied") from None
     except OSError as exc:
         raise ConfigError(name, key, f"cannot read: {exc.strerror or exc}") from None
+    except ValueError:  # a NUL in the path
+        raise ConfigError(name, key, "cannot read: the path contains a NUL character") from None
     if stat.S_ISDIR(st.st_mode):
         raise ConfigError(name, key, "cannot read: is a directory, not a file")
     if st.st_size > MAX_FILE_BYTES:
@@ -310,6 +314,8 @@ def read_text(path: Any, source: Optional[str] = None, *, key: str = "(file)") -
         raise ConfigError(name, key, "cannot read: permission denied") from None
     except OSError as exc:
         raise ConfigError(name, key, f"cannot read: {exc.strerror or exc}") from None
+    if len(data) > MAX_FILE_BYTES:  # a pipe or device that does not end
+        raise ConfigError(name, key, f"cannot read: more than {MAX_FILE_BYTES} bytes")
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -518,8 +524,6 @@ class Reader:
 
     def hostport(self, value: Any, key: str, default: Any = MISSING) -> str:
         """``host:port`` (host: IP address, [IPv6], DNS name, or empty for all addresses)."""
-        import ipaddress
-
         v = self.string(value, key, default)
         host, sep, port = v.rpartition(":")
         if not sep or not port.isdigit() or not 0 < int(port) < 65536:
