@@ -6,7 +6,8 @@
 //
 // With ~images (space-separated raw topics) one nodelet per topic is loaded in this process, named
 // <node>/<topic with '/' -> '_'>, with `image` remapped to the topic; the node's other private
-// parameters (budgets, limits, peers_topic) are copied to every nodelet that does not set its own.
+// parameters (budgets, limits, peers_topic) are copied to every nodelet (run one process per
+// setting to give topics different limits).
 // NODELET_CLASS is set per executable in CMakeLists.txt.
 #include <nodelet/loader.h>
 #include <ros/ros.h>
@@ -45,8 +46,8 @@ int main(int argc, char** argv)
     ros::NodeHandle child(name);
     if (shared.getType() == XmlRpc::XmlRpcValue::TypeStruct)
       for (auto& kv : shared)
-        if (kv.first != "images" && kv.second.getType() != XmlRpc::XmlRpcValue::TypeStruct && !child.hasParam(kv.first))
-          child.setParam(kv.first, kv.second);
+        if (kv.first != "images" && kv.second.getType() != XmlRpc::XmlRpcValue::TypeStruct)
+          child.setParam(kv.first, kv.second);  // always: a restart with new values must not keep old ones
     nodelet::M_string remap = ros::names::getRemappings();
     // a nodelet's `image` resolves in the parent namespace of its name, i.e. this node's name
     remap[ros::this_node::getName() + "/image"] = ros::names::resolve(topic);
