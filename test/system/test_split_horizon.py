@@ -112,6 +112,37 @@ def test_own_names_resolve_to_loopback_others_to_overlay(fleet):
     assert own["ok"], own
 
 
+def _ros(lab, host: str, command: str, timeout: float = 60.0):
+    """A shell command on host with the ROS env from overlay_env (not checked, quiet)."""
+    return lab.exec(host, ["bash", "-c", f"{robots.overlay_env_line(lab, host)} && {command}"],
+                    env=robots.ros_env(lab, host), timeout=timeout, check=False, quiet=True)
+
+
+def test_roscpp_node_answers_over_the_overlay_and_loopback(fleet):
+    """rosout (a roscpp node started by roscore on robot1, ROS_HOSTNAME = robot1's overlay name):
+    its XML-RPC answers robot1 itself (loopback) and the laptop (overlay), and its TCPROS server
+    (/rosout_agg) serves a subscriber on the laptop."""
+    lab = fleet
+    for host in (ROBOT, LAPTOP):
+        r = _ros(lab, host, "rosnode ping -c 1 /rosout")
+        assert r.returncode == 0 and "reply from" in r.stdout, (host, r.stdout[-800:], r.stderr[-800:])
+    out = Path(lab.host_dir(LAPTOP)) / "rosout_agg.txt"
+    echo = lab.popen(LAPTOP, ["bash", "-c", f"{robots.overlay_env_line(lab, LAPTOP)} && exec rostopic echo -n 1 "
+                              "--filter \"'split horizon roscpp check' in m.msg\" /rosout_agg/msg "
+                              f"> {shlex.quote(str(out))}"],
+                     env=robots.ros_env(lab, LAPTOP), log=Path(lab.host_dir(LAPTOP)) / "rosout_agg.log")
+    try:
+        code = ("import rospy, time; rospy.init_node('split_horizon_logger', anonymous=True); time.sleep(1.0)\n"
+                "for i in range(30):\n    rospy.loginfo('split horizon roscpp check'); time.sleep(0.5)")
+        deadline = time.monotonic() + 60
+        while echo.poll() is None and time.monotonic() < deadline:
+            _ros(lab, ROBOT, f"exec /usr/bin/python3 -c {shlex.quote(code)}", timeout=30)
+        assert echo.poll() == 0, f"no /rosout_agg message on the laptop within 60 s: {out.read_text()[-500:]}"
+        assert "split horizon roscpp check" in out.read_text()
+    finally:
+        robots.stop(lab, echo)
+
+
 def test_local_topic_has_no_gap_while_tailscaled_restarts(fleet):
     lab = fleet
     local_out = Path(lab.host_dir(ROBOT)) / "gap_local.txt"
