@@ -16,8 +16,9 @@ import shlex
 import subprocess
 import sys
 import time
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
+from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence
 
 from ..waiting import tail
 from .core import Lab
@@ -217,6 +218,27 @@ def start_master_then(lab: Lab, master: str, others: Sequence[str], procs: list,
         procs.append(start_robot(lab, h, master=False))
     for h in others:
         peers(lab, h, min_peers=1, timeout=timeout, node=f"/{h}/overlay_manager")
+
+
+@contextmanager
+def processes(lab: Lab, log_hosts: Sequence[str] = (), log_lines: int = 40) -> Iterator[List[subprocess.Popen]]:
+    """A list to append started ROS processes to; on leaving, each is stopped (:func:`stop`, by
+    pid, in reverse order), and when the body raised, the robot.launch log tails of
+    ``log_hosts`` are printed first (a failing fixture's output says why)::
+
+        with robots.processes(lab, (ROBOT, LAPTOP)) as procs:
+            robots.start_master_then(lab, ROBOT, [LAPTOP], procs)
+            yield lab
+    """
+    procs: List[subprocess.Popen] = []
+    try:
+        yield procs
+    except Exception:
+        print_launch_logs(lab, log_hosts, lines=log_lines)
+        raise
+    finally:
+        for p in reversed(procs):
+            stop(lab, p)
 
 
 def call(lab: Lab, host: str, service: str, srv_type: str, timeout: float = 60.0, **fields: Any) -> Dict[str, Any]:

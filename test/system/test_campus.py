@@ -60,27 +60,21 @@ def campus(lab_factory):
     """The campus up, robot.launch on every host (robot1 is the master), every node listing its
     peers; the camera and the Twist echo on robot1. All stopped by pid at the end."""
     lab = lab_factory(SPEC)
-    procs = []
     t0 = time.monotonic()
     try:
-        procs.append(robots.start_robot(lab, MASTER, master=True))
-        robots.peers(lab, MASTER, timeout=90, node=node(MASTER))
-        for h in OTHERS:
-            procs.append(robots.start_robot(lab, h, master=False))
-        want = {node(h): {o: "*" for o in lab.expected_peers(h)} for h in lab.hosts}
-        robots.run_probe(lab, MASTER, ["nodes", json.dumps({"peers": want}), "--timeout", "120"], timeout=120)
-        MEASURED["enrol_all_s"] = round(time.monotonic() - t0, 1)
-        print(f"campus: {len(lab.hosts)} nodes up and listing their peers {MEASURED['enrol_all_s']} s after "
-              "the first robot.launch")
-        procs.append(robots.start_camera(lab, MASTER))
-        procs.append(robots.start_echo(lab, MASTER))
-        yield lab
-    except Exception:
-        robots.print_launch_logs(lab, lab.hosts, lines=30)
-        raise
+        with robots.processes(lab, lab.hosts, log_lines=30) as procs:
+            robots.start_master_then(lab, MASTER, [], procs)
+            for h in OTHERS:
+                procs.append(robots.start_robot(lab, h, master=False))
+            want = {node(h): {o: "*" for o in lab.expected_peers(h)} for h in lab.hosts}
+            robots.run_probe(lab, MASTER, ["nodes", json.dumps({"peers": want}), "--timeout", "120"], timeout=120)
+            MEASURED["enrol_all_s"] = round(time.monotonic() - t0, 1)
+            print(f"campus: {len(lab.hosts)} nodes up and listing their peers {MEASURED['enrol_all_s']} s after "
+                  "the first robot.launch")
+            procs.append(robots.start_camera(lab, MASTER))
+            procs.append(robots.start_echo(lab, MASTER))
+            yield lab
     finally:
-        for p in reversed(procs):
-            robots.stop(lab, p)
         print("campus measurements: " + json.dumps(MEASURED))
         lab.down()  # now, not at session end: six idle tailscaleds would slow the other modules
 

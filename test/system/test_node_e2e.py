@@ -25,16 +25,9 @@ N_ROBOT, N_LAPTOP = f"/{ROBOT}/overlay_manager", f"/{LAPTOP}/overlay_manager"
 def fleet_up(two_buildings_lab):
     """robot.launch on robot1 (master) and laptop; stopped by pid at the end."""
     lab = two_buildings_lab
-    procs = []
-    try:
+    with robots.processes(lab, (ROBOT, LAPTOP)) as procs:
         robots.start_master_then(lab, ROBOT, [LAPTOP], procs)
         yield lab
-    except Exception:
-        robots.print_launch_logs(lab, (ROBOT, LAPTOP))
-        raise
-    finally:
-        for p in reversed(procs):
-            robots.stop(lab, p)
 
 
 def test_each_node_lists_the_other_with_overlay_name(fleet_up):

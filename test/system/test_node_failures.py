@@ -69,21 +69,12 @@ class Record:
 @pytest.fixture(scope="module")
 def rig(two_buildings_lab):
     lab = two_buildings_lab
-    procs = []
-    rec = None
-    try:
+    with robots.processes(lab, (ROBOT, LAPTOP)) as procs:
         robots.start_master_then(lab, ROBOT, [LAPTOP], procs)
         rec = Record(lab)
+        procs.append(rec.proc)  # stopped first
         rec.first(0, "status", lambda e: not e["stale"], 60, "a fresh ~status from the laptop's node")
         yield lab, rec, {}
-    except Exception:
-        robots.print_launch_logs(lab, (ROBOT, LAPTOP))
-        raise
-    finally:
-        if rec is not None:
-            robots.stop(lab, rec.proc)
-        for p in reversed(procs):
-            robots.stop(lab, p)
 
 
 def _answers(lab):
