@@ -42,10 +42,15 @@ def _load_prctl() -> Optional[Callable[..., int]]:
 _prctl = _load_prctl()
 
 
-def _die_with_parent() -> None:
-    """preexec_fn: SIGKILL this child when the thread that forked it ends."""
-    if _prctl is not None:
-        _prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+def _die_with(parent: int) -> Callable[[], None]:
+    """preexec_fn: SIGKILL this child when the thread that forked it ends; exit at once if the
+    parent already died between fork and prctl (the signal would never come)."""
+    def preexec() -> None:
+        if _prctl is not None:
+            _prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+            if os.getppid() != parent:
+                os._exit(1)
+    return preexec
 
 
 def spawn(argv: Sequence[str], **kwargs: Any) -> subprocess.Popen:
@@ -53,7 +58,7 @@ def spawn(argv: Sequence[str], **kwargs: Any) -> subprocess.Popen:
 
     Raises what Popen raises (FileNotFoundError when the program is missing).
     """
-    proc = subprocess.Popen(list(argv), preexec_fn=_die_with_parent, start_new_session=True, **kwargs)
+    proc = subprocess.Popen(list(argv), preexec_fn=_die_with(os.getpid()), start_new_session=True, **kwargs)
     with _lock:
         _children.add(proc)
     return proc
