@@ -25,7 +25,9 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
+from overlay_manager import files as F  # noqa: E402
 from overlay_manager import hosts as H  # noqa: E402
+from overlay_manager import mounts as M  # noqa: E402
 
 HARNESS = REPO / "test" / "unit" / "hosts_kill.py"
 
@@ -74,15 +76,15 @@ def test_source_updated_from_outside_is_seen_inside_the_namespace(tmp_path):
             r = subprocess.run(["nsenter", "-t", str(holder.pid), "-m", "getent", "hosts", name],
                                capture_output=True, text=True, timeout=10)
             return r.stdout.strip()
-        assert H.bind_mounted(os.path.realpath(src), os.stat(src)) is True
+        assert M.bind_mounted(os.path.realpath(src), os.stat(src)) is True
         # the journal of an update through either side lives next to the source, not in /etc
-        code = ("import os; from overlay_manager import hosts as H; "
-                "print(H.journal_path('/etc/hosts', os.stat('/etc/hosts')))")
+        code = ("import os; from overlay_manager import files as F; "
+                "print(F.journal_path('/etc/hosts', os.stat('/etc/hosts')))")
         r = subprocess.run(["nsenter", "-t", str(holder.pid), "-m", sys.executable, "-c", code], cwd=str(REPO),
                            env={**os.environ, "PYTHONPATH": str(REPO)}, capture_output=True, text=True, timeout=30)
         assert r.returncode == 0, r.stderr
         want = str(tmp_path / f".hosts.{ino}.overlay_manager-journal")
-        assert r.stdout.strip() == want == H.journal_path(str(src), os.stat(src))
+        assert r.stdout.strip() == want == F.journal_path(str(src), os.stat(src))
         t0 = time.perf_counter()
         assert H.update_hosts_file(str(src), [("100.64.0.2", ["robot2.fleet.internal", "robot2"])])
         took_ms = (time.perf_counter() - t0) * 1000
@@ -96,6 +98,6 @@ def test_source_updated_from_outside_is_seen_inside_the_namespace(tmp_path):
         holder.kill()
         holder.wait(timeout=10)
     # with the namespace gone the same file is plain again: replaced by rename
-    assert H.bind_mounted(os.path.realpath(src), os.stat(src)) is False
+    assert M.bind_mounted(os.path.realpath(src), os.stat(src)) is False
     H.update_hosts_file(str(src), [("100.64.0.4", ["robot4.fleet.internal", "robot4"])])
     assert os.stat(src).st_ino != ino and os.listdir(tmp_path) == ["hosts"]

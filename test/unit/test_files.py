@@ -83,3 +83,26 @@ def test_concurrent_writers_take_turns(tmp_path):
     assert errors == []
     assert p.read_bytes() in payloads
     assert _leftovers(tmp_path) == []
+
+
+def test_update_file_in_place_for_a_hard_linked_file_with_other_padding(tmp_path):
+    p = tmp_path / "state.json"
+    p.write_bytes(b'{"a": "a long value that will shrink"}')
+    os.link(p, tmp_path / "other")
+    ino = os.stat(p).st_ino
+    assert files.update_file(p, lambda old: old.replace(b"a long value that will shrink", b"b"), pad=b" ") is True
+    assert p.read_bytes() == b'{"a": "b"}' and os.stat(p).st_ino == ino
+    assert files.update_file(p, lambda old: old) is False
+    assert sorted(os.listdir(tmp_path)) == ["other", "state.json"]
+    with pytest.raises(ValueError, match="one byte"):
+        files.update_file(p, lambda old: old, pad=b"  ")
+
+
+def test_update_file_creates_a_missing_file_and_renames_a_plain_one(tmp_path):
+    p = tmp_path / "f"
+    assert files.update_file(p, lambda old: old + b"x", create_mode=0o600) is True
+    assert p.read_bytes() == b"x" and stat.S_IMODE(os.stat(p).st_mode) == 0o600
+    ino = os.stat(p).st_ino
+    assert files.update_file(p, lambda old: old + b"y") is True
+    assert p.read_bytes() == b"xy" and os.stat(p).st_ino != ino
+    assert stat.S_IMODE(os.stat(p).st_mode) == 0o600

@@ -6,7 +6,9 @@ import threading
 import hosts_kill as K
 import pytest
 
+from overlay_manager import files as F
 from overlay_manager import hosts as H
+from overlay_manager import mounts as M
 
 OUTSIDE = b"127.0.0.1\tlocalhost\n# keep me   exactly\n::1 ip6-localhost\n"
 FQDN_A = ["a.fleet.internal", "a"]
@@ -176,7 +178,7 @@ def test_leftover_journal_with_torn_file_is_finished(tmp_path):
     old, new = K.content(K.MANY), K.content(K.FEW)
     torn = new[:50] + old[50:]
     p.write_bytes(torn)
-    H._write_journal(H.journal_path(str(p), os.stat(p)), old, new)
+    F._write_journal(F.journal_path(str(p), os.stat(p)), old, new)
     assert H.update_hosts_file(str(p), K.FEW) is True
     assert p.read_bytes() == new and os.listdir(tmp_path) == ["hosts"]
 
@@ -185,8 +187,8 @@ def test_torn_journal_is_discarded_and_edited_file_is_not_replayed(tmp_path):
     p = tmp_path / "hosts"
     old, new = K.content(K.MANY), K.content(K.FEW)
     p.write_bytes(old)
-    jpath = H.journal_path(str(p), os.stat(p))
-    H._write_journal(jpath, old, new)
+    jpath = F.journal_path(str(p), os.stat(p))
+    F._write_journal(jpath, old, new)
     with open(jpath, "r+b") as fh:
         fh.truncate(os.path.getsize(jpath) - 3)        # killed while writing the journal
     assert H.update_hosts_file(str(p), K.MANY) is False and p.read_bytes() == old
@@ -194,7 +196,7 @@ def test_torn_journal_is_discarded_and_edited_file_is_not_replayed(tmp_path):
     # someone edited the file after a crash: the journal must not overwrite their edit
     edited = old.replace(b"10.0.0.7 printer", b"10.0.0.8 printer")
     p.write_bytes(edited)
-    H._write_journal(jpath, old, new)
+    F._write_journal(jpath, old, new)
     H.update_hosts_file(str(p), K.MANY)
     assert p.read_bytes() == edited and os.listdir(tmp_path) == ["hosts"]
 
@@ -237,7 +239,7 @@ def test_concurrent_updaters_take_turns(tmp_path):
 @pytest.mark.parametrize("change", ["shrink", "grow"])
 def test_sigkill_at_every_step_then_next_update_repairs(tmp_path, monkeypatch, in_place, change):
     if in_place:  # the path a bind-mounted file takes (the real mounts: test/integration)
-        monkeypatch.setattr(H, "keeps_inode", lambda real, st: True)
+        monkeypatch.setattr(F, "keeps_inode", lambda real, st: True)
     old, new = (K.content(K.MANY + K.OWN), K.FEW + K.OWN) if change == "shrink" else \
         (K.content(K.FEW + K.OWN), K.MANY + K.OWN)
     p = str(tmp_path / "hosts")
@@ -252,7 +254,7 @@ def test_sigkill_at_every_step_then_next_update_repairs(tmp_path, monkeypatch, i
 @pytest.mark.parametrize("in_place", [False, True], ids=["rename", "in-place"])
 def test_sigkill_at_random_moments_then_next_update_repairs(tmp_path, monkeypatch, in_place):
     if in_place:
-        monkeypatch.setattr(H, "keeps_inode", lambda real, st: True)
+        monkeypatch.setattr(F, "keeps_inode", lambda real, st: True)
     r = K.random_kills(str(tmp_path / "hosts"), keep=["hosts"], kills=60)
     print(f"{'in-place' if in_place else 'rename'}: {r['kills']} random SIGKILLs, file after the kill: {r['mid']}")
     assert r["failures"] == []
@@ -283,15 +285,15 @@ def test_bind_mounted_reads_every_mount_namespace(tmp_path):
     root_line = f"1 0 {dev} / / rw - ext4 /dev/vda rw\n"           # the file's fs at / (rel = path)
     bind = f"9 1 {dev} {src.replace(' ', chr(92) + '040')} /fake/etc/hosts rw - ext4 /dev/vda rw\n"
     proc = _fake_proc(tmp_path, root_line, [root_line, root_line + bind])
-    assert H.bind_mounted(src, st, proc) is True                         # bound in another namespace
+    assert M.bind_mounted(src, st, proc) is True                         # bound in another namespace
     other = str(tmp_path / "other")
     (tmp_path / "other").write_bytes(b"")
-    assert H.bind_mounted(other, os.stat(other), proc) is False          # not bound anywhere
+    assert M.bind_mounted(other, os.stat(other), proc) is False          # not bound anywhere
     here = _fake_proc(tmp_path / "b", root_line + bind, [])
-    assert H.bind_mounted("/fake/etc/hosts", st, here) is True           # a mount point here
+    assert M.bind_mounted("/fake/etc/hosts", st, here) is True           # a mount point here
     # the journal: next to the source, from either side
     want = str(d / f".hosts.{st.st_ino}.overlay_manager-journal")
-    assert H.journal_path("/fake/etc/hosts", st, here) == want == H.journal_path(src, st, proc)
+    assert F.journal_path("/fake/etc/hosts", st, here) == want == F.journal_path(src, st, proc)
     other_dev = _fake_proc(tmp_path / "c", "1 0 7:77 / / rw - ext4 /dev/x rw\n", [])
-    assert H.bind_mounted(src, st, other_dev) is True                    # cannot place the file: in place
-    assert H.bind_mounted(src, st, str(tmp_path / "no-proc")) is True    # no mount table: in place
+    assert M.bind_mounted(src, st, other_dev) is True                    # cannot place the file: in place
+    assert M.bind_mounted(src, st, str(tmp_path / "no-proc")) is True    # no mount table: in place
