@@ -63,7 +63,7 @@ OK, WARN, ERROR = 0, 1, 2
 STATUS_TIMEOUT_S = 1.5
 """Seconds one status read may take. tailscaled answers /status in milliseconds; a hung daemon
 must not hold the poll thread longer than this, so polling resumes soon after it answers again."""
-HANG_REPORT_S = 1.0
+HANG_REPORT_S = 0.75
 """A status read still unanswered after this many seconds is reported as tailscaled not
 answering, before the read's own timeout expires."""
 

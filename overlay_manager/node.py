@@ -211,6 +211,7 @@ class OverlayNode:
         self.topics = TopicLinkReporter(monitor, host_aliases)
         self._last_poll = 0.0                              # overlay-poll only (monotonic s)
         self._bus_woke = threading.Event()                 # set by overlay-ipnbus
+        self._bus_was_connected = False                    # overlay-report only
         self.bus = BusWatcher(self.cfg.tailscale.socket, on_change=self._on_bus_change)
         if n.topic_links_interval > 0:
             monitor.set_topic_peers(frozenset())  # ping only what matters, from the first map on
@@ -303,6 +304,10 @@ class OverlayNode:
             msg.old_path, msg.new_path = ev.old_path, ev.new_path
             msg.endpoint, msg.relay_region = ev.peer.endpoint, ev.peer.relay_region
             self._publish(self.pub_changes, msg, "~path_changes")
+        connected = self.bus.connected
+        if self._bus_was_connected and not connected:
+            self.poller.wake()  # the IPN bus dropped: tailscaled may be gone, read the status now
+        self._bus_was_connected = connected
         periodic = mono >= self._next_periodic
         if periodic:
             period = 1.0 / self.cfg.node.publish_rate
