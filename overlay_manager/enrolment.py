@@ -90,11 +90,12 @@ def ensure_enrolled(api: LocalAPI, cfg: RobotConfig, wait_s: Optional[float] = N
             f"tailscaled is not logged in (state {state or 'unknown'}) and {cfg.source} has no "
             f"auth_key_file; get an enrolment bundle with `fleet bundle {cfg.hostname}`"
         )
-    if cfg.ca_cert:
-        try:
+    try:  # named after the config file and key; check_key_file adds the mode check
+        require_config_file(cfg, "auth_key_file")
+        if cfg.ca_cert:
             require_config_file(cfg, "ca_cert")  # tailscale up would fail with an x509 riddle
-        except ConfigError as exc:
-            raise EnrolError(str(exc)) from None
+    except ConfigError as exc:
+        raise EnrolError(str(exc)) from None
     request = EnrolRequest(
         login_server=cfg.login_server, hostname=cfg.hostname, auth_key_file=cfg.auth_key_file,
         tags=list(cfg.tags), accept_dns=cfg.tailscale.accept_dns, timeout_s=cfg.tailscale.up_timeout,

@@ -465,3 +465,34 @@ def test_nesting_limit_with_and_without_libyaml(monkeypatch: pytest.MonkeyPatch,
         parse_yaml("a: " + "[" * n + "]" * n + "\n", "f.yaml")
     assert info.value.key == "(yaml)"
     assert parse_yaml("a: '" + "[" * 3000 + "'\n", "f.yaml") == {"a": "[" * 3000}  # brackets in a string
+
+
+class _NeedsLogin:
+    """LocalAPI stand-in: tailscaled runs but is not logged in (the enrolment checks run first)."""
+
+    socket_path = "/nonexistent.sock"
+
+    def status(self) -> Dict[str, Any]:
+        return {"BackendState": "NeedsLogin"}
+
+    def prefs(self) -> Dict[str, Any]:
+        return {"ControlURL": ""}
+
+
+@pytest.mark.parametrize("missing", ["auth_key_file", "ca_cert"])
+def test_enrolment_names_config_file_and_key_of_a_missing_file(tmp_path: Path, missing: str) -> None:
+    from overlay_manager.enrolment import ensure_enrolled
+    from overlay_manager.tailscale import EnrolError
+    key = tmp_path / "auth.key"
+    key.write_text(SECRET + "\n")
+    key.chmod(0o600)
+    ca = tmp_path / "ca.crt"
+    ca.write_text("-----BEGIN CERTIFICATE-----\n")
+    (key if missing == "auth_key_file" else ca).unlink()
+    path = tmp_path / "robot.yaml"
+    path.write_text(dump(dict(ROBOT, auth_key_file="auth.key", ca_cert="ca.crt",
+                              tailscale={"cli": "/bin/false"})))
+    with pytest.raises(EnrolError) as info:
+        ensure_enrolled(_NeedsLogin(), load_robot_config(str(path)))  # type: ignore[arg-type]
+    msg = str(info.value)
+    assert msg.startswith(f"{path}: {missing}: ") and "does not exist" in msg and SECRET not in msg
