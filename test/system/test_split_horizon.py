@@ -15,7 +15,8 @@ machine's overlay name as ROS_HOSTNAME (from overlay_env).
 robot1's managed hosts block maps robot1's own names to 127.0.1.1 and laptop's to laptop's
 overlay address; laptop's maps robot1 to robot1's overlay address. Then robot1's tailscaled is
 killed (SIGKILL, by pid) and restarted about 3 s later. Measured and printed: the local
-subscriber's largest gap around the outage (must stay below 0.2 s at 50 Hz: zero local gap)
+subscriber's largest gap around the outage (must stay below 0.5 s at 50 Hz, i.e. scheduling
+noise only: zero local gap; the same window before the kill is printed for comparison)
 and when the remote subscriber gets messages again after the restart (it must, within 60 s).
 A second local pair on robot1 advertises robot1's overlay address as ROS_HOSTNAME (what every
 local connection used before split horizon) through the same outage: it must stall (> 1 s),
@@ -41,7 +42,9 @@ TOPIC = "/split_horizon"
 BASE_TOPIC = "/split_horizon_baseline"
 RATE_HZ = 50.0
 OUTAGE_S = 3.0
-LOCAL_GAP_LIMIT_S = 0.2
+LOCAL_GAP_LIMIT_S = 0.5
+"""Largest gap allowed on the local pair: the 20 ms period plus scheduling noise (up to 0.13 s
+seen on 2 shared cores while tailscaled restarts), far below the outage a stall would show (> 3 s)."""
 GAP_NODES = Path(__file__).resolve().parent / "gap_nodes.py"
 
 
@@ -194,6 +197,7 @@ def test_local_topic_has_no_gap_while_tailscaled_restarts(fleet):
     remote = _arrivals(remote_out)
     window = (t_kill - 1.0, t_end)
     local_gap = _largest_gap([t for t, _ in local], *window)
+    quiet_gap = _largest_gap([t for t, _ in local], t_kill - 2.0, t_kill)  # before the kill: the noise
     remote_gap = _largest_gap([t for t, _ in remote], *window)
     base_gap = _largest_gap([t for t, _ in _arrivals(base_out)], *window)
     local_seqs = [s for t, s in local if window[0] <= t <= window[1]]
@@ -201,7 +205,8 @@ def test_local_topic_has_no_gap_while_tailscaled_restarts(fleet):
     print(f"\nsplit horizon, {RATE_HZ:.0f} Hz std_msgs/Header on robot1, tailscaled SIGKILLed and restarted "
           f"{t_restart - t_kill:.1f} s later (LocalAPI answering {t_answers - t_kill:.1f} s after the kill):\n"
           f"  local subscriber (robot1, loopback): largest gap {local_gap * 1000:.0f} ms over "
-          f"{window[1] - window[0]:.1f} s, {len(local_seqs)} messages, {lost} lost\n"
+          f"{window[1] - window[0]:.1f} s, {len(local_seqs)} messages, {lost} lost (largest gap in the 2 s "
+          f"before the kill: {quiet_gap * 1000:.0f} ms)\n"
           f"  remote subscriber (laptop, overlay): largest gap {remote_gap:.2f} s, first message "
           f"{t_remote - t_restart:.2f} s after the restart ({t_remote - t_kill:.2f} s after the kill)\n"
           f"  baseline without split horizon (robot1's pair with ROS_HOSTNAME={ip}): largest gap {base_gap:.2f} s")
