@@ -1,0 +1,380 @@
+"""Camera benchmark (not a test): raw vs link-aware camera across a 30 Mbit/s relayed campus link.
+
+    source "$(bash scripts/build)/devel/setup.bash"
+    sudo -E /usr/bin/python3 -m overlay_manager.lab.bench_camera [--out artifacts] [--seconds 8]
+         [--uplink-mbit 30] [--budgets 8000,4000] [--columns direct,derp,peer-relay]
+
+One lab run::
+
+    robot1 (b1, eim-adpf; uplink tbf 30 Mbit/s)  ---  backbone  ---  laptop (b2, eim-adpf)
+      roscore + robot.launch, lab camera 640x480                        robot.launch, probes
+      rgb8 30 Hz (textured), Twist echo, link-aware encoder                   |
+                                             relay1 (campus, public): peer relay, UDP 40000
+
+Columns, each the laptop -> robot1 path: ``direct`` (hole punched), ``derp`` (UDP blocked at
+b1's router) and ``peer-relay`` (b1 lets UDP out only to STUN and relay1's port; relay1's relay
+server on). Per column, measured from the laptop: the Twist round trip (50 Hz, echoed on robot1)
+with no camera; then the raw ``/camera/image_raw`` and the link-aware
+``/camera/image_raw/compressed``, each alone, while the Twist round trip runs: delivered rate,
+latency (receive time - header.stamp, one wall clock), bytes/s, and for the link-aware stream its
+encoder's process CPU (utime + stime from /proc over a window while it streams) and decisions
+(quality, rate, budget from ``stream_state``). Relayed columns repeat the link-aware stream for
+each ``--budgets`` value (kbit/s for derp and peer-relay): a budget well below the link's
+capacity is the lever that keeps control responsive.
+
+Writes out/bench_camera.json, bench_camera.md, bench_camera.png. Everything started is stopped
+by pid; the lab run is torn down by Lab.down() whatever happens. About 5 min on 2 cores.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Sequence
+
+from . import robots, system
+from .core import Lab
+from .errors import LabError
+from .spec import Impairment
+from .system import wait_for
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+SPEC: Dict[str, Any] = {
+    "name": "bench_camera",
+    "buildings": {
+        "b1": {"nat": "eim-adpf", "hosts": {"robot1": {"team": "alpha", "role": "robot"}}},
+        "b2": {"nat": "eim-adpf", "hosts": {"laptop": {"team": "alpha", "role": "operator"}}},
+        "campus": {"nat": "public", "hosts": {"relay1": {"team": "alpha", "role": "base_station"}}},
+    },
+    "teams": {"alpha": {"master": "robot1"}},
+    "relays": {"relay1": {"port": 40000}},
+}
+ROBOT, LAPTOP, RELAY, B1 = "robot1", "laptop", "relay1", "b1"
+N_ROBOT, N_LAPTOP = f"/{ROBOT}/overlay_manager", f"/{LAPTOP}/overlay_manager"
+RAW = "/camera/image_raw"
+OUT = RAW + "/compressed"
+RAW_FRAME_BYTES = 640 * 480 * 3
+COLUMNS = ("direct", "derp", "peer-relay")
+
+
+def say(msg: str) -> None:
+    """Progress on stderr."""
+    print(f"[bench_camera] {msg}", file=sys.stderr, flush=True)
+
+
+def _cpu_seconds(pid: int) -> Optional[float]:
+    """utime + stime of a process in seconds; None when it is gone."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+class CameraBench:
+    """One bench run's lab, processes and measurements."""
+
+    def __init__(self, lab: Lab, seconds: float) -> None:
+        self.lab = lab
+        self.seconds = seconds
+        self.procs: List[Any] = []
+        self.encoder: Optional[Any] = None
+
+    # --- set-up ---------------------------------------------------------------------------
+    def start(self, uplink_mbit: float) -> None:
+        """robot.launch on robot1 (master) and laptop, camera and echo on robot1, b1's uplink limit."""
+        say("robot.launch on robot1 (master) and laptop")
+        robots.start_master_then(self.lab, ROBOT, [LAPTOP], self.procs)
+        self.procs.append(robots.start_tool(self.lab, ROBOT, ["rosnodes", "camera", "--topic", RAW,
+                                                              "--pattern", "textured"], "camera_textured"))
+        self.procs.append(robots.start_echo(self.lab, ROBOT))
+        self.lab.impair(B1, Impairment(rate_mbit=uplink_mbit))
+
+    def start_encoder(self, budget_kbps: float) -> None:
+        """(Re)start the link-aware encoder on robot1 (link_aware_camera.launch, as robot.launch's
+        camera_topics does) with this budget for derp and peer-relay."""
+        self.stop_encoder()
+        line = (f"{robots.overlay_env_line(self.lab, ROBOT)} && exec roslaunch overlay_manager "
+                f"link_aware_camera.launch images:={RAW} overlay_node:={N_ROBOT} "
+                f"budget_kbps_derp:={budget_kbps:g} budget_kbps_peer_relay:={budget_kbps:g}")
+        log = Path(self.lab.host_dir(ROBOT)) / f"encoder_{budget_kbps:g}.log"
+        self.encoder = self.lab.popen(ROBOT, ["bash", "-c", line], env=robots.ros_env(self.lab, ROBOT), log=log)
+        try:
+            wait_for("the encoder process on robot1", lambda: self.encoder_pid(), 120)
+        except LabError:
+            say(f"encoder log {log}:\n" + (log.read_text(errors="replace")[-3000:] if log.exists() else "(none)"))
+            raise
+        time.sleep(2.0)  # advertised and subscribed to ~peers
+
+    def stop_encoder(self) -> None:
+        """Stop the encoder's roslaunch (by pid)."""
+        if self.encoder is not None:
+            robots.stop(self.lab, self.encoder)
+            self.encoder = None
+
+    def encoder_pid(self) -> Optional[int]:
+        """Pid of the link_aware_encoder process in robot1's namespace (for its CPU)."""
+        for pid in system.pids_in_ns(self.lab.namespace(ROBOT)):
+            try:
+                argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if argv and argv[0].endswith(b"/link_aware_encoder"):
+                return pid
+        return None
+
+    def stop(self) -> None:
+        """Stop everything started here (by pid)."""
+        self.stop_encoder()
+        for p in reversed(self.procs):
+            robots.stop(self.lab, p)
+
+    def ts_path(self) -> str:
+        """laptop -> robot1 path as ``tailscale ping`` proves it."""
+        return self.lab.ping(LAPTOP, ROBOT, count=2, timeout=30).path
+
+    def wait_path(self, path: str, timeout: float = 90.0) -> None:
+        """Until tailscale proves ``path`` and both nodes' ~peers say it (the encoder reads robot1's)."""
+        wait_for(f"the laptop -> robot1 path to turn {path}", lambda: self.ts_path() == path, timeout)
+        for host, node, other in ((ROBOT, N_ROBOT, LAPTOP), (LAPTOP, N_LAPTOP, ROBOT)):
+            robots.peers(self.lab, host, node=node, timeout=timeout,
+                         where=f"any(p['name'] == '{other}' and p['path'] == '{path}' for p in m['peers'])")
+
+    # --- measurements ---------------------------------------------------------------------
+    def control(self, seconds: float) -> Dict[str, Any]:
+        """Twist round trip laptop -> robot1 -> laptop at 50 Hz (tcp_nodelay both ways)."""
+        res = robots.run_probe(self.lab, LAPTOP, ["control", "--rate", "50", "--seconds", f"{seconds:g}"],
+                               timeout=seconds + 90)
+        return {k: res.get(k) for k in ("rtt_p50_ms", "rtt_p99_ms", "rtt_max_ms", "sent", "received")}
+
+    def stream(self, topic: str, typ: str, link_aware: bool) -> Dict[str, Any]:
+        """Receive ``topic`` on the laptop for self.seconds while the Twist round trip runs; with
+        link_aware also the encoder's stream_state and its process CPU over the same window."""
+        out: Dict[str, Any] = {}
+
+        def rate() -> None:
+            out["rate"] = robots.run_probe(self.lab, LAPTOP, ["rate", topic, typ, "--seconds", f"{self.seconds:g}",
+                                                              "--timeout", "60"], timeout=self.seconds + 90)
+
+        def control() -> None:
+            time.sleep(3.0)  # the stream runs first
+            out["control"] = self.control(max(2.0, self.seconds - 4.0))
+
+        def states() -> None:
+            out["state"] = robots.run_probe(self.lab, LAPTOP, ["collect", OUT + "/stream_state",
+                                                               "overlay_manager/StreamState", "--seconds",
+                                                               f"{self.seconds + 3:g}"], timeout=self.seconds + 90)
+
+        threads = [threading.Thread(target=f) for f in ((rate, control, states) if link_aware else (rate, control))]
+        for t in threads:
+            t.start()
+        cpu = None
+        pid = self.encoder_pid() if link_aware else None
+        if pid:
+            time.sleep(4.0)  # probes started, stream flowing
+            c0, w0 = _cpu_seconds(pid), time.monotonic()
+            time.sleep(max(2.0, self.seconds - 3.0))
+            c1, w1 = _cpu_seconds(pid), time.monotonic()
+            if c0 is not None and c1 is not None:
+                cpu = round(100.0 * (c1 - c0) / (w1 - w0), 1)
+        for t in threads:
+            t.join(timeout=self.seconds + 120)
+        r = out.get("rate") or {}
+        res: Dict[str, Any] = {k: r.get(k) for k in ("count", "rate_hz", "span_rate_hz", "max_gap_s",
+                                                     "latency_p50_ms", "latency_p99_ms")}
+        res["control"] = out.get("control")
+        if not link_aware:
+            res["bytes_per_s"] = (r.get("count") or 0) * RAW_FRAME_BYTES / self.seconds
+            return res
+        msgs = [m for m in (out.get("state") or {}).get("msgs") or [] if m["subscribers"] and m["bitrate_kbps"] > 0]
+        if msgs:
+            bitrate = sum(m["bitrate_kbps"] for m in msgs) / len(msgs)
+            last = msgs[-1]
+            res["bytes_per_s"] = bitrate * 1000.0 / 8.0
+            res["state"] = {k: last[k] for k in ("quality", "rate_hz", "budget_kbps", "limited_by", "reason",
+                                                 "frame_bytes", "encode_ms", "output_rate_hz")}
+            res["state"]["paths"] = {s["host"]: s["path"] for s in last["subscribers"]}
+        res["encoder_cpu_pct"] = cpu
+        return res
+
+
+def _column(lab: Lab, bench: CameraBench, col: str, seconds: float, budgets: Sequence[float]) -> Dict[str, Any]:
+    """Set up the path of one column and measure control alone, raw and link-aware per budget."""
+    if col == "derp":
+        lab.block_udp(B1)
+    elif col == "peer-relay":
+        say("relay1: enrol, relay server on from its bundle; b1 lets UDP out to servers only")
+        lab.tailscale_up(RELAY)
+        lab.enable_relays()
+        lab.unblock_udp(B1)
+        lab.udp_servers_only(B1)
+    bench.wait_path(col)
+    say(f"{col}: Twist round trip, no camera")
+    res: Dict[str, Any] = {"control_idle": bench.control(max(2.0, seconds - 4.0))}
+    say(f"{col}: raw {RAW}")
+    res["raw"] = bench.stream(RAW, "sensor_msgs/Image", link_aware=False)
+    say(f"{col} raw: {json.dumps(res['raw'])}")
+    try:
+        for budget in (budgets if col != "direct" else budgets[:1]):
+            bench.start_encoder(budget)
+            key = f"link-aware {budget / 1000:g}" if col != "direct" else "link-aware"
+            say(f"{col}: {key} {OUT}")
+            res[key] = bench.stream(OUT, "sensor_msgs/CompressedImage", link_aware=True)
+            say(f"{col} {key}: {json.dumps(res[key])}")
+    finally:
+        bench.stop_encoder()
+    return res
+
+
+def run(out_dir: Path, seconds: float, uplink_mbit: float, budgets: Sequence[float], columns: Sequence[str],
+        run_id: Optional[str] = None) -> Dict[str, Any]:
+    """The whole camera benchmark; returns the JSON data (also written to out_dir)."""
+    t_run = time.monotonic()
+    lab = Lab(SPEC, run_id=run_id)
+    bench = CameraBench(lab, seconds)
+    results: Dict[str, Dict[str, Any]] = {}
+    errors: List[str] = []
+    try:
+        lab.up()
+        bench.start(uplink_mbit)
+        for col in columns:
+            try:
+                results[col] = _column(lab, bench, col, seconds, budgets)
+            except LabError as exc:  # keep the other columns; the report names what failed
+                errors.append(f"{col}: {exc}")
+                say(f"{col}: failed: {exc}")
+    finally:
+        bench.stop()
+        lab.down()
+    data = {"meta": {"date": time.strftime("%Y-%m-%d %H:%M"), "seconds_per_stream": seconds,
+                     "uplink_mbit": uplink_mbit, "budgets_kbps": list(budgets), "cores": os.cpu_count(),
+                     "image": "640x480 rgb8 30 Hz, textured (about 30 KB per JPEG frame at quality 80)",
+                     "control_hz": 50, "run_seconds": round(time.monotonic() - t_run), "errors": errors},
+            "columns": list(columns), "results": results}
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "bench_camera.json").write_text(json.dumps(data, indent=2) + "\n")
+    (out_dir / "bench_camera.md").write_text(render_markdown(data))
+    plot(data, out_dir / "bench_camera.png")
+    return data
+
+
+def _f(v: Any, fmt: str = "{:.0f}") -> str:
+    return "-" if v is None else fmt.format(v)
+
+
+def _streams(res: Dict[str, Any]) -> List[str]:
+    return [k for k in res if k == "raw" or k.startswith("link-aware")]
+
+
+def render_markdown(data: Dict[str, Any]) -> str:
+    """One table per column: a row per stream (raw, link-aware per budget), plus control alone."""
+    m = data["meta"]
+    lines = [f"Camera benchmark {m['date']}: {m['image']}, b1 uplink tbf {m['uplink_mbit']:g} Mbit/s, "
+             f"{m['seconds_per_stream']:g} s per stream, Twist at {m['control_hz']} Hz, {m['cores']} cores.", ""]
+    lines += ["| path | stream | rate Hz | latency p50 / p99 ms | Twist RTT p50 / p99 ms | MB/s | "
+              "encoder CPU % | quality, rate cap |", "|---|---|---|---|---|---|---|---|"]
+    for col in data["columns"]:
+        res = data["results"].get(col, {})
+        ci = res.get("control_idle") or {}
+        lines.append(f"| {col} | (no camera) | - | - | {_f(ci.get('rtt_p50_ms'), '{:.1f}')} / "
+                     f"{_f(ci.get('rtt_p99_ms'), '{:.1f}')} | - | - | - |")
+        for key in _streams(res):
+            s = res[key]
+            c = s.get("control") or {}
+            st = s.get("state") or {}
+            dec = f"q{st['quality']}, {st['rate_hz']:.0f} Hz" if st else "-"
+            label = key if key == "raw" else key.replace("link-aware ", "link-aware, budget ") + (
+                " Mbit/s" if key != "link-aware" else "")
+            lines.append(f"| {col} | {label} | {_f(s.get('rate_hz'), '{:.1f}')} | "
+                         f"{_f(s.get('latency_p50_ms'))} / {_f(s.get('latency_p99_ms'))} | "
+                         f"{_f(c.get('rtt_p50_ms'), '{:.1f}')} / {_f(c.get('rtt_p99_ms'), '{:.1f}')} | "
+                         f"{_f((s.get('bytes_per_s') or 0) / 1e6, '{:.2f}')} | "
+                         f"{_f(s.get('encoder_cpu_pct'), '{:.1f}')} | "
+                         f"{dec} |")
+    for err in m.get("errors") or []:
+        lines.append(f"\nNot measured: {err}")
+    return "\n".join(lines) + "\n"
+
+
+def plot(data: Dict[str, Any], path: Path) -> None:
+    """Bars per path: delivered rate, latency p99 and Twist RTT p99 for each stream."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    cols = data["columns"]
+    keys: List[str] = []
+    for c in cols:
+        for k in _streams(data["results"].get(c, {})):
+            if k not in keys:
+                keys.append(k)
+    fig, axes = plt.subplots(1, 3, figsize=(14, 4))
+    metrics = (("rate_hz", "delivered rate (Hz)", False), ("latency_p99_ms", "camera latency p99 (ms)", True),
+               ("rtt", "Twist round trip p99 (ms)", True))
+    width = 0.8 / max(1, len(keys))
+    for ax, (metric, title, log) in zip(axes, metrics):
+        for i, k in enumerate(keys):
+            vals = []
+            for c in cols:
+                s = data["results"].get(c, {}).get(k) or {}
+                v = (s.get("control") or {}).get("rtt_p99_ms") if metric == "rtt" else s.get(metric)
+                vals.append(v if v is not None else 0.0)
+            ax.bar([x + i * width for x in range(len(cols))], vals, width, label=k)
+        ax.set_xticks([x + width * (len(keys) - 1) / 2 for x in range(len(cols))])
+        ax.set_xticklabels(cols)
+        ax.set_title(title)
+        if log:
+            ax.set_yscale("log")
+    axes[0].axhline(29, color="grey", linestyle=":", linewidth=1)
+    axes[1].axhline(100, color="grey", linestyle=":", linewidth=1)
+    axes[2].axhline(50, color="grey", linestyle=":", linewidth=1)
+    axes[0].legend(fontsize=8)
+    fig.suptitle(f"raw vs link-aware camera, b1 uplink {data['meta']['uplink_mbit']:g} Mbit/s (dotted: goals)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """Entry point (see the module doc)."""
+    ap = argparse.ArgumentParser(prog="bench_camera", description="raw vs link-aware camera in the lab (root)")
+    ap.add_argument("--out", default=str(REPO_ROOT / "artifacts"))
+    ap.add_argument("--seconds", type=float, default=8.0, help="per stream measurement")
+    ap.add_argument("--uplink-mbit", type=float, default=30.0, help="tbf limit of b1's uplink")
+    ap.add_argument("--budgets", default="8000,4000", help="link-aware budgets (kbit/s) for relayed paths")
+    ap.add_argument("--columns", default=",".join(COLUMNS))
+    ap.add_argument("--run-id", default=None)
+    ap.add_argument("--replot", metavar="JSON", help="only re-render the table and plot from a bench_camera.json")
+    a = ap.parse_args(argv)
+    out = Path(a.out)
+    if a.replot:
+        data = json.loads(Path(a.replot).read_text())
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "bench_camera.md").write_text(render_markdown(data))
+        plot(data, out / "bench_camera.png")
+        print(render_markdown(data))
+        return 0
+    if os.geteuid() != 0:
+        print("bench_camera: needs root (network namespaces)", file=sys.stderr)
+        return 2
+    columns = [c for c in a.columns.split(",") if c]
+    bad = [c for c in columns if c not in COLUMNS]
+    if bad:
+        print(f"bench_camera: --columns: unknown {bad}; choose from {list(COLUMNS)}", file=sys.stderr)
+        return 2
+    try:
+        data = run(out, a.seconds, a.uplink_mbit, [float(b) for b in a.budgets.split(",") if b], columns, a.run_id)
+    except LabError as exc:
+        print(f"bench_camera: error: {exc}", file=sys.stderr)
+        return 1
+    print(render_markdown(data))
+    say(f"wrote {out / 'bench_camera.json'}, bench_camera.md, bench_camera.png ({data['meta']['run_seconds']} s)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
