@@ -185,3 +185,68 @@ def test_aggregator_files_statuses_and_shows_a_dead_node_stale_then_respawned(tm
         assert launch.robot.poll() is None, "the robot's launch must keep running"
     finally:
         launch.close()
+
+
+def _has_bondpy() -> bool:
+    return subprocess.run(["/usr/bin/python3", "-c", "import bondpy"], capture_output=True,
+                          check=False).returncode == 0
+
+
+@pytest.mark.skipif(not (HAVE_AGGREGATOR and _has_bondpy()),
+                    reason="diagnostic_aggregator or python3-bondpy not installed (scripts/setup)")
+def test_monitor_launch_adds_analyzers_to_a_running_aggregator(tmp_path):
+    """aggregator:=false: the robot already runs an aggregator (here one without analyzers);
+    monitor.launch adds ours to it (add_analyzers), and overlay statuses leave "Other"."""
+    port = _free_port()
+    env = dict(os.environ, ROS_MASTER_URI=f"http://127.0.0.1:{port}", ROS_IP="127.0.0.1",
+               ROS_HOME=str(tmp_path), ROS_LOG_DIR=str(tmp_path / "log"))
+    env.pop("ROS_HOSTNAME", None)
+    env["PATH"] = "/usr/bin:/bin:/usr/sbin:/sbin:" + env.get("PATH", "")
+    record = tmp_path / "agg.jsonl"
+    procs = []
+
+    def start(argv, name):
+        with open(tmp_path / f"{name}.log", "wb") as fh:
+            procs.append(subprocess.Popen(argv, env=env, stdout=fh, stderr=subprocess.STDOUT,
+                                          start_new_session=True))
+
+    try:
+        start(["roscore", "-p", str(port)], "roscore")
+        master = xmlrpc.client.ServerProxy(env["ROS_MASTER_URI"])
+
+        def master_up():
+            try:
+                return master.getSystemState("/test")[0] == 1
+            except OSError:
+                return False
+
+        _wait(f"roscore on port {port}", master_up, 30, lambda: (tmp_path / "roscore.log").read_text()[-1000:])
+        start(["rosrun", "diagnostic_aggregator", "aggregator_node", "__name:=diagnostic_aggregator"], "aggregator")
+        start([sys.executable, os.path.join(HERE, "record_diag_agg.py"), str(record)], "recorder")
+        start(["rostopic", "pub", "-r", "2", "/diagnostics", "diagnostic_msgs/DiagnosticArray",
+               "{status: [{level: 0, name: 'robota/overlay_manager: peer robotb', message: direct}, "
+               "{level: 0, name: 'robota/overlay_manager: overlay', message: enrolled}]}"], "publisher")
+        start(["roslaunch", "--wait", "overlay_manager", "monitor.launch", "aggregator:=false", "gui:=false"],
+              "monitor.launch")
+
+        def filed():
+            names = set()
+            if record.exists():
+                for line in record.read_text().splitlines():
+                    try:
+                        names.add(json.loads(line)["name"])
+                    except ValueError:
+                        continue
+            return {LINK_B, MACHINE} <= names
+
+        _wait("add_analyzers to file the statuses under /Overlay", filed, 60,
+              lambda: (tmp_path / "monitor.launch.log").read_text()[-1500:])
+    finally:
+        for p in reversed(procs):
+            if p.poll() is None:
+                os.killpg(p.pid, signal.SIGINT)
+                try:
+                    p.wait(15)
+                except subprocess.TimeoutExpired:
+                    os.killpg(p.pid, signal.SIGKILL)
+                    p.wait(5)
