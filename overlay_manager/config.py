@@ -24,7 +24,7 @@ from .validation import (
 )
 
 __all__ = ["ConfigError", "NodeSettings", "RobotConfig", "TailscaleSettings", "apply_overrides",
-           "load_robot_config", "parse_robot_config", "require_config_file"]
+           "load_robot_config", "override_master", "parse_robot_config", "require_config_file"]
 TAG = ACL_TAG  # ACL tag pattern (kept under its old name)
 
 
@@ -207,6 +207,17 @@ def require_config_file(cfg: RobotConfig, key: str) -> str:
         raise ConfigError(cfg.source, key, "not set")
     require_file(cfg.source, key, path)
     return str(path)
+
+
+def override_master(cfg: RobotConfig, value: Any, source: str) -> RobotConfig:
+    """New config whose ``master`` is ``value`` (e.g. the node's ``~master`` parameter), validated
+    like the file's key; "" or None keeps the file's. ConfigError names ``source`` and ``master``."""
+    if value in (None, ""):
+        return cfg
+    master = Reader(source).string(value, "master").rstrip(".")
+    if not is_domain(master, 1):
+        raise ConfigError(source, "master", f"{shorten(master)} is not a short name or overlay name")
+    return replace(cfg, master=master)
 
 
 def apply_overrides(cfg: RobotConfig, overrides: Mapping[str, Any], source: str) -> RobotConfig:

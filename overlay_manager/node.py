@@ -58,7 +58,6 @@ import subprocess
 import sys
 import threading
 import time
-from dataclasses import replace
 from typing import Any, Deque, Dict, List, Optional, Tuple
 
 import rospy
@@ -83,7 +82,7 @@ from overlay_manager.srv import (
 )
 
 from . import children
-from .config import ConfigError, NodeSettings, apply_overrides, load_robot_config
+from .config import ConfigError, NodeSettings, apply_overrides, load_robot_config, override_master
 from .enrolment import ensure_enrolled
 from .ipnbus import BusWatcher
 from .links import iperf_server_argv
@@ -521,9 +520,7 @@ def main() -> None:
     try:
         cfg = load_robot_config(path)
         cfg = apply_overrides(cfg, _read_overrides(), f"{rospy.get_name()} private parameters")
-        master = str(rospy.get_param("~master", "") or "")
-        if master:
-            cfg = replace(cfg, master=master.rstrip("."))
+        cfg = override_master(cfg, rospy.get_param("~master", ""), f"{rospy.get_name()} private parameters")
         aliases = parse_host_aliases(rospy.get_param("~host_aliases", None),
                                      f"{rospy.get_name()} private parameters")
     except ConfigError as exc:

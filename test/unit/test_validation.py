@@ -496,3 +496,16 @@ def test_enrolment_names_config_file_and_key_of_a_missing_file(tmp_path: Path, m
         ensure_enrolled(_NeedsLogin(), load_robot_config(str(path)))  # type: ignore[arg-type]
     msg = str(info.value)
     assert msg.startswith(f"{path}: {missing}: ") and "does not exist" in msg and SECRET not in msg
+
+
+def test_master_parameter_override_is_validated(tmp_path: Path) -> None:
+    from overlay_manager.config import override_master
+    path = tmp_path / "robot.yaml"
+    path.write_text(dump(ROBOT))
+    cfg = load_robot_config(str(path))
+    assert override_master(cfg, "", "/n params") is cfg
+    assert override_master(cfg, "base1.", "/n params").master_fqdn == "base1.fleet.internal"
+    for bad in ("bad name", 7, "Robot_1", SECRET):
+        with pytest.raises(ConfigError) as info:
+            override_master(cfg, bad, "/n params")
+        check_message(info.value, "/n params", "master", "")
