@@ -269,6 +269,15 @@ def test_screenshot(dashboard) -> None:
     assert dashboard.grab().save(str(path)), f"could not write {path}"
     assert path.stat().st_size > 10_000
     print(f"screenshot: {path}")
+    dashboard.view_tabs.setCurrentWidget(dashboard.topics_tab)  # the Topics view, for the docs
+    wait_for(lambda: dashboard.topic_table.isVisible() and dashboard.topic_table.rowCount() == 2, 10,
+             "the Topics view shown with its 2 links")
+    topics = ARTIFACTS / "dashboard_topics.png"
+    try:
+        assert dashboard.grab().save(str(topics)), f"could not write {topics}"
+    finally:
+        dashboard.view_tabs.setCurrentWidget(dashboard.peers_tab)
+    assert topics.stat().st_size > 10_000
 
 
 def _subscribers(master_uri: str, topic: str) -> list:
