@@ -16,10 +16,12 @@ from __future__ import annotations
 
 import http.client
 import json
+import math
 import os
 import socket
 import stat
 import subprocess
+import time
 import urllib.parse
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional
@@ -97,15 +99,31 @@ class EnrolError(TailscaleError):
     """Logging in to the control server failed. The message never contains the auth key."""
 
 
+class _DeadlineSocket(socket.socket):
+    """A unix socket whose reads all end by one deadline (monotonic s): a daemon that trickles
+    its answer a byte at a time cannot hold a request longer than its timeout."""
+
+    deadline = math.inf
+
+    def recv_into(self, buffer: Any, nbytes: int = 0, flags: int = 0) -> int:  # noqa: D102
+        left = self.deadline - time.monotonic()
+        if left <= 0:
+            raise socket.timeout("deadline passed")
+        self.settimeout(left)
+        return super().recv_into(buffer, nbytes, flags)
+
+
 class _UnixHTTPConnection(http.client.HTTPConnection):
-    """HTTPConnection over a unix socket."""
+    """HTTPConnection over a unix socket; the whole request (connect to last byte) takes at most
+    ``timeout`` seconds."""
 
     def __init__(self, socket_path: str, timeout: float) -> None:
         super().__init__(LOCALAPI_HOST, timeout=timeout)
         self._socket_path = socket_path
 
     def connect(self) -> None:  # noqa: D102 - http.client API
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock = _DeadlineSocket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.deadline = time.monotonic() + self.timeout
         sock.settimeout(self.timeout)
         sock.connect(self._socket_path)
         self.sock = sock

@@ -140,3 +140,17 @@ def test_close_cancels_queued_pings_on_any_python(fake_tailscaled, tmp_path):
     m.close()  # no cancel_futures (Python 3.8); must not raise or wait for the hung ping
     t.join(3)
     assert not t.is_alive()
+
+
+def test_trickled_answer_is_bounded_like_a_hang(fake_tailscaled, tmp_path):
+    m = _good_then(fake_tailscaled, tmp_path)
+    fake_tailscaled.mode = "trickle"  # every recv gets a byte in time; the whole answer never does
+    start = time.monotonic()
+    m.poll()
+    took = time.monotonic() - start
+    assert took < STATUS_TIMEOUT_S + 0.5, f"a trickling tailscaled held the poll for {took:.1f} s"
+    assert m.freshness().stale and "did not answer" in m.error
+    fake_tailscaled.mode = "good"
+    m.poll()
+    assert not m.freshness().stale
+    m.close()

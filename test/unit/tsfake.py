@@ -10,6 +10,7 @@ The fake can also misbehave, like a broken or hung tailscaled, through ``FakeTai
 | ``truncated`` | HTTP 200 with a Content-Length larger than the body it sends, then closes |
 | ``huge`` | status whose peer counters are ``1e400`` (JSON overflow to inf) and 2^70 (> uint64) |
 | ``hang`` | accepts and reads the request, never answers it (even after the mode changes) |
+| ``trickle`` | HTTP 200 headers, then the body one byte every 0.1 s (never finishing in time) |
 | ``close`` | closes the connection without a byte |
 | ``http500`` | HTTP 500 with tailscaled's JSON error body |
 
@@ -39,7 +40,7 @@ class _Server(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
     daemon_threads = True
 
 
-MODES = ("good", "garbage", "truncated", "huge", "hang", "close", "http500")
+MODES = ("good", "garbage", "truncated", "huge", "hang", "trickle", "close", "http500")
 
 
 def huge_status(status: dict) -> bytes:
@@ -121,6 +122,19 @@ class FakeTailscaled:
                     self._send(200, huge_status(fake.status))
                 elif mode == "hang":  # like a wedged daemon: this request never gets an answer
                     fake._closing.wait()
+                elif mode == "trickle":
+                    body = json.dumps(fake.status).encode()
+                    self.send_response(200)
+                    self.send_header("Content-Length", str(len(body)))
+                    self.end_headers()
+                    for i in range(len(body)):
+                        if fake._closing.wait(0.1):
+                            break
+                        try:
+                            self.wfile.write(body[i:i + 1])
+                            self.wfile.flush()
+                        except OSError:
+                            break
                 elif mode == "http500":
                     self._send(500, {"error": "internal error: backend is wedged"})
                 # "close": nothing at all
