@@ -14,7 +14,7 @@ import os
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, Dict, List, Optional, Tuple, Union
 
 import yaml
 
@@ -42,8 +42,8 @@ class KeyRecord:
 
     host: str
     id: int
-    tags: tuple[str, ...]
-    expiration: datetime | None
+    tags: Tuple[str, ...]
+    expiration: Optional[datetime]
     created: bool = False
 
 
@@ -53,7 +53,7 @@ def _write_secret(path: Path, secret: str) -> None:
     write_atomic(path, secret + "\n", 0o600)
 
 
-def _read_record(dep: Deployment, host: str) -> dict[str, Any] | None:
+def _read_record(dep: Deployment, host: str) -> Optional[Dict[str, Any]]:
     try:
         data = json.loads((dep.keys_dir / f"{host}.json").read_text(encoding="utf-8"))
         return data if isinstance(data, dict) and "id" in data else None
@@ -61,7 +61,7 @@ def _read_record(dep: Deployment, host: str) -> dict[str, Any] | None:
         return None
 
 
-def read_key_record(dep: Deployment, host: str) -> tuple[int, datetime | None] | None:
+def read_key_record(dep: Deployment, host: str) -> Optional[Tuple[int, Optional[datetime]]]:
     """(key id, expiration) recorded for ``host``, or None."""
     rec = _read_record(dep, host)
     if rec is None:
@@ -70,13 +70,13 @@ def read_key_record(dep: Deployment, host: str) -> tuple[int, datetime | None] |
     return int(rec["id"]), datetime.fromisoformat(exp) if exp else None
 
 
-def nodes_named(nodes: list[Node], host: str) -> list[Node]:
+def nodes_named(nodes: List[Node], host: str) -> List[Node]:
     """Nodes whose MagicDNS name or reported hostname is ``host``."""
     return [n for n in nodes if n.given_name == host or n.name == host]
 
 
 def ensure_key(dep: Deployment, fleet: FleetConfig, host: str, *, force_new: bool = False,
-               cli: HeadscaleCLI | None = None) -> KeyRecord:
+               cli: Optional[HeadscaleCLI] = None) -> KeyRecord:
     """Make sure ``host`` has a recorded pre-auth key with its tags; create one if needed.
 
     Reuses the recorded key when headscale still lists it with the same tags and it is either
@@ -94,7 +94,7 @@ def ensure_key(dep: Deployment, fleet: FleetConfig, host: str, *, force_new: boo
     rec = _read_record(dep, h.name)
     try:
         keys = {k.id: k for k in cli.list_preauth_keys()}
-        old: PreAuthKey | None = keys.get(int(rec["id"])) if rec else None
+        old: Optional[PreAuthKey] = keys.get(int(rec["id"])) if rec else None
         if old is not None and not force_new and secret_path.exists() \
                 and sorted(old.tags) == sorted(tags):
             if old.usable(margin_s=REUSE_MARGIN_S):
@@ -119,7 +119,7 @@ def ensure_key(dep: Deployment, fleet: FleetConfig, host: str, *, force_new: boo
 
 
 def robot_config(dep: Deployment, fleet: FleetConfig, host: str,
-                 overrides: dict[str, Any] | None = None) -> dict[str, Any]:
+                 overrides: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
     """The robot.yaml mapping for ``host`` (keys as in config/robot.example.yaml).
 
     ``overrides``: optional ``tailscale`` / ``node`` sections (or top-level keys) merged in.
@@ -128,7 +128,7 @@ def robot_config(dep: Deployment, fleet: FleetConfig, host: str,
     """
     h = fleet.host(host)
     team = fleet.teams[h.team]
-    cfg: dict[str, Any] = {
+    cfg: Dict[str, Any] = {
         "hostname": h.name,
         "login_server": dep.server_url,
         "base_domain": fleet.base_domain,
@@ -156,8 +156,8 @@ def robot_config(dep: Deployment, fleet: FleetConfig, host: str,
     return cfg
 
 
-def write_bundle(deployment: Deployment, fleet: FleetConfig, host: str, outdir: str | Path,
-                 *, overrides: dict[str, Any] | None = None, force_new_key: bool = False) -> Path:
+def write_bundle(deployment: Deployment, fleet: FleetConfig, host: str, outdir: Union[str, Path],
+                 *, overrides: Optional[Dict[str, Any]] = None, force_new_key: bool = False) -> Path:
     """Write the enrolment bundle of ``host`` into ``outdir``; return the robot.yaml path.
 
     Files: ``robot.yaml`` (loadable by overlay_manager.config.load_robot_config; relative

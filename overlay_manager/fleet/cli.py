@@ -22,6 +22,7 @@ import os
 import sys
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import List, Optional
 
 from ..validation import ConfigError, redact
 from ..waiting import wait_for
@@ -32,7 +33,7 @@ from .ops import fleet_status, revoke, rotate, sync_tags
 from .policy import render_policy
 
 
-def _fmt_time(t: datetime | None, now: datetime) -> str:
+def _fmt_time(t: Optional[datetime], now: datetime) -> str:
     if t is None:
         return "-"
     d = (t - now).total_seconds()
@@ -88,7 +89,7 @@ def _bundle_dir(args: argparse.Namespace, host: str) -> Path:
     return Path(args.out or "bundles") / host
 
 
-def revoked_hosts(dep: Deployment, hosts: list[str]) -> list[str]:
+def revoked_hosts(dep: Deployment, hosts: List[str]) -> List[str]:
     """Those of ``hosts`` whose every headscale node is expired (``fleet revoke`` ran).
 
     A revoked machine cannot re-enrol with a new pre-auth key while its expired node exists:
@@ -104,10 +105,10 @@ def revoked_hosts(dep: Deployment, hosts: list[str]) -> list[str]:
     return out
 
 
-def run(argv: list[str]) -> int:
+def run(argv: List[str]) -> int:
     """Run one command; return the exit status. Raises FleetError or ConfigError on failure."""
     args = _parser().parse_args(argv)
-    fleet: FleetConfig | None = None
+    fleet: Optional[FleetConfig] = None
 
     def need_fleet() -> FleetConfig:
         nonlocal fleet
@@ -216,7 +217,7 @@ WantedBy=multi-user.target""")
 
     if args.cmd == "revoke":
         try:
-            f: FleetConfig | None = need_fleet()
+            f: Optional[FleetConfig] = need_fleet()
         except ConfigError:
             if Path(args.fleet).exists():
                 raise
@@ -234,7 +235,7 @@ WantedBy=multi-user.target""")
     return 2  # unreachable: argparse requires a command
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: Optional[List[str]] = None) -> int:
     """Entry point of scripts/fleet: exit 0 on success, 2 with ``fleet: error: ...``."""
     try:
         return run(sys.argv[1:] if argv is None else argv)

@@ -16,7 +16,7 @@ import ipaddress
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Dict, List, Optional, Tuple, Union
 from urllib.parse import urlsplit
 
 from ..validation import (
@@ -33,10 +33,10 @@ from ..validation import (
 from .relays import Relay, parse_relays, relay_tags
 
 #: Host roles, in the order they appear in a team.
-ROLES: tuple[str, ...] = ("robot", "base_station", "operator")
+ROLES: Tuple[str, ...] = ("robot", "base_station", "operator")
 
 #: Role -> role tag (an ACL tag that only labels the machine; access is granted by team tags).
-ROLE_TAGS: dict[str, str] = {
+ROLE_TAGS: Dict[str, str] = {
     "robot": "tag:robot",
     "base_station": "tag:base-station",
     "operator": "tag:operator",
@@ -59,7 +59,7 @@ class FleetError(Exception):
         reason: the bare reason without the location prefix.
     """
 
-    def __init__(self, reason: str, *, file: str | Path = "", key: str = "", host: str = "") -> None:
+    def __init__(self, reason: str, *, file: Union[str, Path] = "", key: str = "", host: str = "") -> None:
         self.file = str(file)
         self.key = key
         self.host = host
@@ -104,7 +104,7 @@ class Team:
 
     name: str
     master: str
-    hosts: tuple[Host, ...]
+    hosts: Tuple[Host, ...]
 
     @property
     def machine_tag(self) -> str:
@@ -133,10 +133,10 @@ class TlsConfig:
     """
 
     generate: bool = True
-    cert: Path | None = None
-    key: Path | None = None
-    ca: Path | None = None
-    names: tuple[str, ...] = ()
+    cert: Optional[Path] = None
+    key: Optional[Path] = None
+    ca: Optional[Path] = None
+    names: Tuple[str, ...] = ()
     days: int = 825
 
 
@@ -161,7 +161,7 @@ class DerpConfig:
     region_code: str = "fleet"
     region_name: str = "Fleet embedded DERP"
     ipv4: str = ""
-    extra_maps: tuple[Path, ...] = ()
+    extra_maps: Tuple[Path, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -231,12 +231,12 @@ class FleetConfig:
     base_domain: str
     server: ServerConfig
     keys: KeysConfig
-    teams: dict[str, Team]
+    teams: Dict[str, Team]
     log_level: str = "info"
-    relays: dict[str, Relay] = field(default_factory=dict)
+    relays: Dict[str, Relay] = field(default_factory=dict)
 
     @property
-    def hosts(self) -> dict[str, Host]:
+    def hosts(self) -> Dict[str, Host]:
         """Every host by short name, teams in file order."""
         return {h.name: h for t in self.teams.values() for h in t.hosts}
 
@@ -249,7 +249,7 @@ class FleetConfig:
                              f"{', '.join(sorted(self.hosts)) or 'none'})",
                              file=self.path, host=name) from None
 
-    def host_tags(self, name: str) -> list[str]:
+    def host_tags(self, name: str) -> List[str]:
         """ACL tags for host ``name``: its team tag (machine or operator), its role tag and,
         for a relay host, ``tag:relay`` and ``tag:relay-<name>``."""
         host = self.host(name)
@@ -299,7 +299,7 @@ def _load_server(r: Reader, raw: Any, base: Path) -> ServerConfig:
         if not _is_san(n):
             raise r.error(f"server.tls.names[{i}]", f"{shorten(n)} is not a DNS name or IP address")
 
-    def path(name: str) -> Path | None:
+    def path(name: str) -> Optional[Path]:
         p = r.path(t.get(name), f"server.tls.{name}", base)
         return Path(p) if p else None
 
@@ -372,7 +372,7 @@ def _is_san(name: str) -> bool:
     return is_domain(name.lower().rstrip(".").replace("*.", "", 1), 1)
 
 
-def _host_entry(r: Reader, raw: Any, key: str) -> tuple[str, int]:
+def _host_entry(r: Reader, raw: Any, key: str) -> Tuple[str, int]:
     """(name, master_port) from a host entry: "name" or {name: ..., master_port: ...}."""
     if isinstance(raw, str):
         name, port = raw, 11311
@@ -385,7 +385,7 @@ def _host_entry(r: Reader, raw: Any, key: str) -> tuple[str, int]:
     return name, port
 
 
-def load_fleet_dict(data: Any, path: str = "<dict>", base: Path | None = None) -> FleetConfig:
+def load_fleet_dict(data: Any, path: str = "<dict>", base: Optional[Path] = None) -> FleetConfig:
     """Validate an already-parsed fleet file.
 
     Args:
@@ -438,9 +438,9 @@ def load_fleet_dict(data: Any, path: str = "<dict>", base: Path | None = None) -
         raise r.error("teams", "required: a mapping of team name -> {master, robots, "
                                f"base_stations, operators}}, got {type_name(raw_teams)}")
     r.mapping(raw_teams, "teams")  # string keys only
-    members: dict[str, list[Host]] = {}
-    masters: dict[str, str] = {}
-    seen: dict[str, str] = {}
+    members: Dict[str, List[Host]] = {}
+    masters: Dict[str, str] = {}
+    seen: Dict[str, str] = {}
 
     def add(host: Host, key: str) -> None:
         if host.name in seen:
@@ -483,7 +483,7 @@ def load_fleet_dict(data: Any, path: str = "<dict>", base: Path | None = None) -
         port = r.port(hm.get("master_port", MISSING), f"{hkey}.master_port", 11311)
         add(Host(hname, team, role, port), hkey)
 
-    teams: dict[str, Team] = {}
+    teams: Dict[str, Team] = {}
     for tname, hosts in members.items():
         if not hosts:
             raise r.error(f"teams.{tname}", "team has no hosts")
@@ -507,7 +507,7 @@ def load_fleet_dict(data: Any, path: str = "<dict>", base: Path | None = None) -
                        teams=teams, log_level=log_level, relays=relays)
 
 
-def load_fleet(path: str | Path) -> FleetConfig:
+def load_fleet(path: Union[str, Path]) -> FleetConfig:
     """Read and validate the fleet file at ``path``.
 
     Relative paths inside the file are relative to the file's directory.

@@ -29,7 +29,7 @@ import signal
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Dict, List, Optional, Union
 from urllib.parse import urlsplit
 
 import yaml
@@ -66,7 +66,7 @@ class Deployment:
     fleet_name: str
     server_url: str
     base_domain: str
-    ca_cert: Path | None
+    ca_cert: Optional[Path]
     headscale: str
 
     @property
@@ -94,7 +94,7 @@ class Deployment:
         """Per-host pre-auth key records (0700)."""
         return self.root / "keys"
 
-    def serve_argv(self) -> list[str]:
+    def serve_argv(self) -> List[str]:
         """argv that runs headscale in the foreground with this deployment."""
         return [self.headscale, "serve", "--config", str(self.config_path)]
 
@@ -102,7 +102,7 @@ class Deployment:
         """A CLI wrapper talking to this deployment's (running) headscale."""
         return HeadscaleCLI(self.headscale, self.config_path)
 
-    def server_pid(self) -> int | None:
+    def server_pid(self) -> Optional[int]:
         """pid of the running headscale serving this deployment, or None.
 
         Reads run/headscale.pid; otherwise looks for a process whose argv is exactly
@@ -131,7 +131,7 @@ class Deployment:
         os.kill(pid, signal.SIGHUP)
         return True
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> Dict[str, Any]:
         """What deployment.json stores."""
         return {"fleet": self.fleet_name, "server_url": self.server_url,
                 "base_domain": self.base_domain,
@@ -139,7 +139,7 @@ class Deployment:
                 "headscale": self.headscale}
 
     @classmethod
-    def open(cls, root: str | Path, headscale: str | None = None) -> Deployment:
+    def open(cls, root: Union[str, Path], headscale: Optional[str] = None) -> Deployment:
         """Reopen a deployment written by :func:`init_deployment`."""
         root = Path(root).expanduser().resolve()
         meta = root / "deployment.json"
@@ -161,7 +161,7 @@ class Deployment:
             raise FleetError("missing", file=meta, key=str(e.args[0])) from None
 
 
-def _argv_of(pid: int) -> list[str]:
+def _argv_of(pid: int) -> List[str]:
     try:
         with open(f"/proc/{pid}/cmdline", "rb") as f:
             return [a.decode(errors="replace") for a in f.read().split(b"\0") if a]
@@ -169,8 +169,8 @@ def _argv_of(pid: int) -> list[str]:
         return []
 
 
-def headscale_config(fleet: FleetConfig, root: Path, tls_cert: Path | None,
-                     tls_key: Path | None) -> dict[str, Any]:
+def headscale_config(fleet: FleetConfig, root: Path, tls_cert: Optional[Path],
+                     tls_key: Optional[Path]) -> Dict[str, Any]:
     """headscale v0.29 config for ``fleet`` in deployment ``root``: offline-ready.
 
     No public DERP map (``derp.urls: []``), no update checks, no logtail, DNS left alone on the
@@ -178,7 +178,7 @@ def headscale_config(fleet: FleetConfig, root: Path, tls_cert: Path | None,
     """
     s = fleet.server
     data = root / "data"
-    derp_server: dict[str, Any] = {
+    derp_server: Dict[str, Any] = {
         "enabled": s.derp.embedded,
         "region_id": s.derp.region_id,
         "region_code": s.derp.region_code,
@@ -243,7 +243,7 @@ def check_tls_files(fleet: FleetConfig) -> None:
     checks = (("cert", t.cert, ["x509", "-noout", "-pubkey", "-in"], "a PEM certificate"),
               ("key", t.key, ["pkey", "-pubout", "-passin", "pass:", "-in"], "an unencrypted PEM private key"),
               ("ca", t.ca, ["x509", "-noout", "-in"], "a PEM certificate"))
-    pubkeys: dict[str, str] = {}
+    pubkeys: Dict[str, str] = {}
     for what, path, args, kind in checks:
         if path is None:
             continue
@@ -257,8 +257,8 @@ def check_tls_files(fleet: FleetConfig) -> None:
         raise r.error("server.tls.key", f"{t.key} does not belong to the certificate {t.cert}")
 
 
-def init_deployment(fleet: FleetConfig, outdir: str | Path,
-                    headscale: str | None = None) -> Deployment:
+def init_deployment(fleet: FleetConfig, outdir: Union[str, Path],
+                    headscale: Optional[str] = None) -> Deployment:
     """Write (or converge) a complete offline Headscale deployment for ``fleet`` in ``outdir``.
 
     Creates the directory tree, the CA and server certificate (when ``server.tls.generate``),
@@ -303,7 +303,7 @@ def init_deployment(fleet: FleetConfig, outdir: str | Path,
             if clash:
                 raise FleetError(f"not a deployment directory but holds {', '.join(clash)}; "
                                  "choose an empty or new directory", file=root)
-            moved: list[Path] = []
+            moved: List[Path] = []
             try:
                 for n in names:
                     os.rename(build / n, root / n)
@@ -333,7 +333,7 @@ def _write_deployment(fleet: FleetConfig, build: Path, root: Path, binary: str,
         os.chmod(d, 0o700 if d != build / "tls" else 0o755)
 
     s = fleet.server
-    ca_cert: Path | None = None
+    ca_cert: Optional[Path] = None
     cert = key = None
     if urlsplit(s.url).scheme == "https":
         if s.tls.generate:

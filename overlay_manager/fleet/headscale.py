@@ -14,7 +14,7 @@ import subprocess
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, Dict, List, Optional, Tuple, Union
 
 from ..validation import parse_rfc3339, redact
 from .config import FleetError
@@ -22,14 +22,14 @@ from .config import FleetError
 #: Seconds one CLI call may take before it is abandoned.
 CLI_TIMEOUT_S = 30.0
 
-def find_headscale(explicit: str | Path | None = None) -> str:
+def find_headscale(explicit: Union[str, Path, None] = None) -> str:
     """Path of the headscale binary.
 
     Order: ``explicit``; ``$HEADSCALE_BIN``; ``<repo>/.tools/bin/headscale`` (scripts/setup's
     pinned build) only when running from a source checkout; ``headscale`` on PATH. An installed
     package never looks next to its own files. Raises FleetError when none exists.
     """
-    candidates: list[str] = []
+    candidates: List[str] = []
     if explicit:
         candidates.append(str(explicit))
     if os.environ.get("HEADSCALE_BIN"):
@@ -48,7 +48,7 @@ def find_headscale(explicit: str | Path | None = None) -> str:
                      ".tools/bin/headscale)")
 
 
-def parse_time(value: Any) -> datetime | None:
+def parse_time(value: Any) -> Optional[datetime]:
     """A protobuf JSON timestamp (``{"seconds": N, "nanos": M}`` or RFC 3339) -> aware UTC.
 
     None for a missing or zero timestamp (headscale's "never") and for text that is not RFC 3339.
@@ -90,12 +90,12 @@ class PreAuthKey:
     """
 
     id: int
-    tags: tuple[str, ...]
+    tags: Tuple[str, ...]
     reusable: bool
     used: bool
-    expiration: datetime | None
+    expiration: Optional[datetime]
 
-    def usable(self, now: datetime | None = None, margin_s: float = 0.0) -> bool:
+    def usable(self, now: Optional[datetime] = None, margin_s: float = 0.0) -> bool:
         """True when the key can still enrol a node for at least ``margin_s`` seconds."""
         now = now or datetime.now(timezone.utc)
         if self.used and not self.reusable:
@@ -122,14 +122,14 @@ class Node:
     id: int
     name: str
     given_name: str
-    tags: tuple[str, ...]
+    tags: Tuple[str, ...]
     online: bool
-    last_seen: datetime | None
-    expiry: datetime | None
-    ip_addresses: tuple[str, ...]
+    last_seen: Optional[datetime]
+    expiry: Optional[datetime]
+    ip_addresses: Tuple[str, ...]
     user: str
 
-    def expired(self, now: datetime | None = None) -> bool:
+    def expired(self, now: Optional[datetime] = None) -> bool:
         """True when the node key has expired (the node is cut off)."""
         now = now or datetime.now(timezone.utc)
         return self.expiry is not None and self.expiry <= now
@@ -144,17 +144,17 @@ class HeadscaleCLI:
         timeout: seconds one call may take.
     """
 
-    def __init__(self, binary: str | Path, config_path: str | Path,
+    def __init__(self, binary: Union[str, Path], config_path: Union[str, Path],
                  timeout: float = CLI_TIMEOUT_S) -> None:
         self.binary = str(binary)
         self.config_path = str(config_path)
         self.timeout = timeout
 
-    def _env(self) -> dict[str, str]:
+    def _env(self) -> Dict[str, str]:
         # HEADSCALE_CLI_* in the caller's environment would send us to another server.
         return {k: v for k, v in os.environ.items() if not k.startswith("HEADSCALE_")}
 
-    def run(self, args: list[str], *, secret_output: bool = False, json_output: bool = True
+    def run(self, args: List[str], *, secret_output: bool = False, json_output: bool = True
             ) -> Any:
         """Run one CLI command; return its parsed JSON output (or text if not json_output).
 
@@ -211,7 +211,7 @@ class HeadscaleCLI:
         return f"`{what}` failed: {detail}"
 
     # --- users -----------------------------------------------------------------------
-    def list_users(self) -> list[User]:
+    def list_users(self) -> List[User]:
         """Every headscale user."""
         return [User(int(u.get("id", 0)), str(u.get("name", ""))) for u in self.run(["users", "list"]) or []]
 
@@ -225,17 +225,17 @@ class HeadscaleCLI:
 
     # --- pre-auth keys -----------------------------------------------------------------
     @staticmethod
-    def _key(k: dict[str, Any]) -> PreAuthKey:
+    def _key(k: Dict[str, Any]) -> PreAuthKey:
         return PreAuthKey(id=int(k.get("id", 0)), tags=tuple(k.get("acl_tags") or ()),
                           reusable=bool(k.get("reusable", False)), used=bool(k.get("used", False)),
                           expiration=parse_time(k.get("expiration")))
 
-    def list_preauth_keys(self) -> list[PreAuthKey]:
+    def list_preauth_keys(self) -> List[PreAuthKey]:
         """Every pre-auth key (without secrets)."""
         return [self._key(k) for k in self.run(["preauthkeys", "list"]) or []]
 
-    def create_preauth_key(self, tags: list[str], expiration_s: int, *, reusable: bool = False,
-                           user_id: int | None = None) -> tuple[PreAuthKey, str]:
+    def create_preauth_key(self, tags: List[str], expiration_s: int, *, reusable: bool = False,
+                           user_id: Optional[int] = None) -> Tuple[PreAuthKey, str]:
         """Create a tagged pre-auth key valid for ``expiration_s`` seconds.
 
         Returns (key metadata, secret key). The secret must only go to a 0600 file.
@@ -257,7 +257,7 @@ class HeadscaleCLI:
 
     # --- nodes -------------------------------------------------------------------------
     @staticmethod
-    def _node(n: dict[str, Any]) -> Node:
+    def _node(n: Dict[str, Any]) -> Node:
         user = n.get("user") or {}
         return Node(id=int(n.get("id", 0)), name=str(n.get("name", "")),
                     given_name=str(n.get("given_name", "") or n.get("name", "")),
@@ -266,7 +266,7 @@ class HeadscaleCLI:
                     ip_addresses=tuple(n.get("ip_addresses") or ()),
                     user=str(user.get("name", "")) if isinstance(user, dict) else "")
 
-    def list_nodes(self) -> list[Node]:
+    def list_nodes(self) -> List[Node]:
         """Every enrolled node."""
         return [self._node(n) for n in self.run(["nodes", "list"]) or []]
 
@@ -278,17 +278,17 @@ class HeadscaleCLI:
         """Delete node ``node_id`` from headscale."""
         self.run(["nodes", "delete", "--identifier", str(node_id), "--force"])
 
-    def set_tags(self, node_id: int, tags: list[str]) -> None:
+    def set_tags(self, node_id: int, tags: List[str]) -> None:
         """Replace node ``node_id``'s ACL tags (every tag must have an owner in the policy in
         force: apply the policy first)."""
         self.run(["nodes", "tag", "--identifier", str(node_id), "--tags", ",".join(tags)])
 
     # --- policy ------------------------------------------------------------------------
-    def check_policy(self, policy_file: str | Path) -> None:
+    def check_policy(self, policy_file: Union[str, Path]) -> None:
         """Ask the running headscale whether ``policy_file`` is valid; FleetError if not."""
         self.run(["policy", "check", "--file", str(policy_file)], json_output=False)
 
-    def check_policy_offline(self, policy_file: str | Path) -> None:
+    def check_policy_offline(self, policy_file: Union[str, Path]) -> None:
         """Validate ``policy_file`` while headscale is NOT running (reads its database
         read-only through headscale itself; never run it while the server runs)."""
         self.run(["policy", "check", "--file", str(policy_file),

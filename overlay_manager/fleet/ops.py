@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import List, Optional, Set, Tuple, Union
 
 from .bundle import nodes_named, read_key_record, write_bundle
 from .config import FleetConfig, FleetError
@@ -39,23 +40,23 @@ class HostStatus:
     state: str
     node_id: int
     ip: str
-    last_seen: datetime | None
-    node_expiry: datetime | None
+    last_seen: Optional[datetime]
+    node_expiry: Optional[datetime]
     key_id: int
-    key_expiry: datetime | None
-    tags: tuple[str, ...]
-    problems: tuple[str, ...] = ()
+    key_expiry: Optional[datetime]
+    tags: Tuple[str, ...]
+    problems: Tuple[str, ...] = ()
 
 
-def fleet_status(dep: Deployment, fleet: FleetConfig, cli: HeadscaleCLI | None = None,
-                 now: datetime | None = None) -> list[HostStatus]:
+def fleet_status(dep: Deployment, fleet: FleetConfig, cli: Optional[HeadscaleCLI] = None,
+                 now: Optional[datetime] = None) -> List[HostStatus]:
     """Every host of the fleet file (in file order), then enrolled nodes not in the file."""
     cli = cli or dep.cli()
     now = now or datetime.now(timezone.utc)
     nodes = cli.list_nodes()
     keys = {k.id: k for k in cli.list_preauth_keys()}
-    rows: list[HostStatus] = []
-    claimed: set[int] = set()
+    rows: List[HostStatus] = []
+    claimed: Set[int] = set()
     for name, h in fleet.hosts.items():
         want = tuple(sorted(fleet.host_tags(name)))
         mine = nodes_named(nodes, name)
@@ -64,9 +65,9 @@ def fleet_status(dep: Deployment, fleet: FleetConfig, cli: HeadscaleCLI | None =
         key = keys.get(rec[0]) if rec else None
         key_id = rec[0] if rec else 0
         key_exp = key.expiration if key else (rec[1] if rec else None)
-        problems: list[str] = []
+        problems: List[str] = []
         live = [n for n in mine if not n.expired(now)]
-        node: Node | None = (live or mine or [None])[0]
+        node: Optional[Node] = (live or mine or [None])[0]
         if len(live) > 1:
             problems.append(f"{len(live)} live nodes with this name (ids "
                             f"{', '.join(str(n.id) for n in live)}): revoke --delete the stale ones")
@@ -103,13 +104,13 @@ def fleet_status(dep: Deployment, fleet: FleetConfig, cli: HeadscaleCLI | None =
 class RevokeResult:
     """What :func:`revoke` did: node ids expired, deleted, and pre-auth key ids expired."""
 
-    expired_nodes: tuple[int, ...]
-    deleted_nodes: tuple[int, ...]
-    expired_keys: tuple[int, ...]
+    expired_nodes: Tuple[int, ...]
+    deleted_nodes: Tuple[int, ...]
+    expired_keys: Tuple[int, ...]
 
 
-def revoke(dep: Deployment, fleet: FleetConfig | None, host: str, *, delete: bool = False,
-           cli: HeadscaleCLI | None = None) -> RevokeResult:
+def revoke(dep: Deployment, fleet: Optional[FleetConfig], host: str, *, delete: bool = False,
+           cli: Optional[HeadscaleCLI] = None) -> RevokeResult:
     """Cut ``host`` off: expire its node(s) and its recorded pre-auth key.
 
     Idempotent (an expired node/key is left as is). With ``delete`` the nodes are also
@@ -145,7 +146,7 @@ def revoke(dep: Deployment, fleet: FleetConfig | None, host: str, *, delete: boo
     return RevokeResult(tuple(expired), tuple(deleted), tuple(keys_expired))
 
 
-def rotate(dep: Deployment, fleet: FleetConfig, host: str, outdir: str | Path, *,
+def rotate(dep: Deployment, fleet: FleetConfig, host: str, outdir: Union[str, Path], *,
            expire_node: bool = False) -> Path:
     """Replace ``host``'s pre-auth key (the old one is expired if unused) and write a new bundle.
 
@@ -170,7 +171,7 @@ def rotate(dep: Deployment, fleet: FleetConfig, host: str, outdir: str | Path, *
     return write_bundle(dep, fleet, host, outdir, force_new_key=True)
 
 
-def sync_tags(dep: Deployment, fleet: FleetConfig, cli: HeadscaleCLI | None = None) -> list[str]:
+def sync_tags(dep: Deployment, fleet: FleetConfig, cli: Optional[HeadscaleCLI] = None) -> List[str]:
     """Give every enrolled, unexpired host of the fleet file the tags the file says it has now.
 
     headscale keeps a node's tags when it re-enrols, so a host that became a relay (or changed
@@ -184,7 +185,7 @@ def sync_tags(dep: Deployment, fleet: FleetConfig, cli: HeadscaleCLI | None = No
         FleetError: headscale not running or refusing the tags (naming the host).
     """
     cli = cli or dep.cli()
-    changed: list[str] = []
+    changed: List[str] = []
     nodes = cli.list_nodes()
     for name in fleet.hosts:
         want = sorted(fleet.host_tags(name))

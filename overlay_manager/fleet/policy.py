@@ -27,18 +27,18 @@ Nothing else is allowed: no rule spans two teams, and untagged (personal) nodes 
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, Dict, List
 
 from .config import ROLE_TAGS, FleetConfig
 from .relays import RELAY_CAP, RELAY_TAG
 
 
-def tag_owners(fleet: FleetConfig) -> list[str]:
+def tag_owners(fleet: FleetConfig) -> List[str]:
     """Owners of every fleet tag: the fleet's headscale user (``<fleet name>@``)."""
     return [f"{fleet.name}@"]
 
 
-def all_tags(fleet: FleetConfig) -> list[str]:
+def all_tags(fleet: FleetConfig) -> List[str]:
     """Every tag the fleet uses, sorted: team, operator, role and relay tags."""
     tags = set(ROLE_TAGS.values())
     for team in fleet.teams.values():
@@ -50,10 +50,10 @@ def all_tags(fleet: FleetConfig) -> list[str]:
     return sorted(tags)
 
 
-def generate_policy(fleet: FleetConfig) -> dict[str, Any]:
+def generate_policy(fleet: FleetConfig) -> Dict[str, Any]:
     """The policy as a JSON-compatible dict (see the module docstring for its rules)."""
     owners = tag_owners(fleet)
-    acls: list[dict[str, Any]] = []
+    acls: List[Dict[str, Any]] = []
     for team in fleet.teams.values():
         acls.append({
             "action": "accept",
@@ -65,7 +65,7 @@ def generate_policy(fleet: FleetConfig) -> dict[str, Any]:
             "src": [team.operator_tag],
             "dst": [f"{team.machine_tag}:*"],
         })
-    grants: list[dict[str, Any]] = []
+    grants: List[Dict[str, Any]] = []
     for relay in fleet.relays.values():
         own = fleet.host(relay.host).team
         users = [t for name in relay.teams
@@ -76,7 +76,7 @@ def generate_policy(fleet: FleetConfig) -> dict[str, Any]:
         if others:
             acls.append({"action": "accept", "proto": "icmp", "src": others,
                          "dst": [f"{relay.tag}:*"]})
-    policy: dict[str, Any] = {
+    policy: Dict[str, Any] = {
         "tagOwners": {tag: list(owners) for tag in all_tags(fleet)},
         "acls": acls,
     }

@@ -23,7 +23,7 @@ relay host (so that headscale puts it in their network map); they can open no co
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any, Dict, List, Mapping, Tuple
 
 from ..peers import RELAY_TAG as PEERS_RELAY_TAG
 from ..relay import DEFAULT_RELAY_PORT, parse_addr_port
@@ -54,8 +54,8 @@ class Relay:
 
     host: str
     port: int = DEFAULT_PORT
-    static_endpoints: tuple[str, ...] = ()
-    teams: tuple[str, ...] = ()
+    static_endpoints: Tuple[str, ...] = ()
+    teams: Tuple[str, ...] = ()
 
     @property
     def tag(self) -> str:
@@ -63,7 +63,7 @@ class Relay:
         return f"tag:relay-{self.host}"
 
 
-def parse_relays(r: Reader, raw: Any, hosts: Mapping[str, Any], teams: list[str]) -> dict[str, Relay]:
+def parse_relays(r: Reader, raw: Any, hosts: Mapping[str, Any], teams: List[str]) -> Dict[str, Relay]:
     """Validate the ``relays`` section.
 
     Args:
@@ -80,7 +80,7 @@ def parse_relays(r: Reader, raw: Any, hosts: Mapping[str, Any], teams: list[str]
         ConfigError: naming the key (and the host) of the first problem.
     """
     section = r.mapping(raw, "relays", what="a mapping of relay host -> {port, static_endpoints, teams}")
-    out: dict[str, Relay] = {}
+    out: Dict[str, Relay] = {}
     for name, entry in section.items():
         key = join_key("relays", name)
         host = hosts.get(name)
@@ -92,7 +92,7 @@ def parse_relays(r: Reader, raw: Any, hosts: Mapping[str, Any], teams: list[str]
                                "that stays on the campus network", host=name)
         m = r.mapping(entry, key, _KEYS, what="a mapping with port, static_endpoints, teams")
         port = r.port(m.get("port", MISSING), f"{key}.port", DEFAULT_PORT)
-        eps: list[str] = []
+        eps: List[str] = []
         for i, ep in enumerate(r.string_list(m.get("static_endpoints", MISSING),
                                              f"{key}.static_endpoints", [])):
             try:
@@ -120,12 +120,12 @@ def parse_relays(r: Reader, raw: Any, hosts: Mapping[str, Any], teams: list[str]
     return out
 
 
-def relay_tags(relays: Mapping[str, Relay], host: str) -> list[str]:
+def relay_tags(relays: Mapping[str, Relay], host: str) -> List[str]:
     """Extra ACL tags of ``host``: ``[tag:relay, tag:relay-<host>]`` for a relay, else []."""
     relay = relays.get(host)
     return [RELAY_TAG, relay.tag] if relay else []
 
 
-def robot_relay_key(relay: Relay) -> dict[str, Any]:
+def robot_relay_key(relay: Relay) -> Dict[str, Any]:
     """The robot config's ``relay`` mapping for a relay host (what the bundle writes)."""
     return {"port": relay.port, "static_endpoints": list(relay.static_endpoints)}

@@ -13,6 +13,7 @@ import shutil
 import subprocess
 import tempfile
 from pathlib import Path
+from typing import List, Tuple
 
 from .config import FleetError
 
@@ -20,7 +21,7 @@ from .config import FleetError
 RENEW_BEFORE_S = 30 * 86400
 
 
-def _openssl(args: list[str], what: str, file: Path) -> str:
+def _openssl(args: List[str], what: str, file: Path) -> str:
     exe = shutil.which("openssl")
     if exe is None:
         raise FleetError("the openssl command is missing (Debian package: openssl)", file=file)
@@ -30,7 +31,7 @@ def _openssl(args: list[str], what: str, file: Path) -> str:
     return proc.stdout
 
 
-def _san_entries(names: list[str]) -> list[str]:
+def _san_entries(names: List[str]) -> List[str]:
     out = []
     for n in names:
         try:
@@ -50,7 +51,7 @@ def _valid_for(cert: Path, seconds: int) -> bool:
     return proc.returncode == 0
 
 
-def ensure_ca(tls_dir: Path, common_name: str, days: int) -> tuple[Path, Path]:
+def ensure_ca(tls_dir: Path, common_name: str, days: int) -> Tuple[Path, Path]:
     """Create ``tls_dir/ca.key`` and ``tls_dir/ca.crt`` unless both exist; return their paths."""
     key, crt = tls_dir / "ca.key", tls_dir / "ca.crt"
     if key.exists() and crt.exists():
@@ -71,8 +72,8 @@ def ensure_ca(tls_dir: Path, common_name: str, days: int) -> tuple[Path, Path]:
     return key, crt
 
 
-def ensure_server_cert(tls_dir: Path, ca_key: Path, ca_crt: Path, names: list[str],
-                       days: int) -> tuple[Path, Path]:
+def ensure_server_cert(tls_dir: Path, ca_key: Path, ca_crt: Path, names: List[str],
+                       days: int) -> Tuple[Path, Path]:
     """Issue ``tls_dir/server.{key,crt}`` for ``names`` (DNS names/IPs) signed by the CA.
 
     Kept as is when it exists with the same names and is valid for 30 more days.

@@ -21,7 +21,7 @@ import json
 import os
 import subprocess
 import sys
-from typing import Sequence
+from typing import Optional, Sequence
 
 from ..validation import ConfigError
 from .core import Lab, down_all, leftover_runs, teardown_run
@@ -91,7 +91,7 @@ def _print_status(s: dict) -> None:
         print(f"  impair    {link}: {imp}")
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def main(argv: Optional[Sequence[str]] = None) -> int:
     """Entry point; returns the exit code."""
     args = _parser().parse_args(argv)
     try:

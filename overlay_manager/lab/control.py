@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any, Dict, Mapping, Optional
+from typing import Any, Dict, Mapping, Optional, Tuple
 
 from ..fleet import bundle, config, deploy
 from ..fleet.config import FleetConfig
@@ -28,14 +28,14 @@ FLEET_NAME = "lab"
 """Fleet (and headscale user) name used by every lab run."""
 
 
-def fleet_dict(names: Names) -> dict[str, Any]:
+def fleet_dict(names: Names) -> Dict[str, Any]:
     """A fleet file (as a mapping) for the lab: every lab host is a member of its spec team.
 
     server_url is ``https://<control address>:<port>`` (reachable from every namespace), TLS from
     a generated CA, embedded DERP + STUN announced on the control address.
     """
     spec = names.spec
-    teams: dict[str, dict[str, Any]] = {}
+    teams: Dict[str, Dict[str, Any]] = {}
     role_key = {"robot": "robots", "base_station": "base_stations", "operator": "operators"}
     for h in spec.hosts:
         team = teams.setdefault(h.team, {"master": spec.teams[h.team]})
@@ -66,7 +66,7 @@ def load_fleet(names: Names, source: str) -> FleetConfig:
                        f"{exc}") from None
 
 
-def init_control(names: Names, outdir: Path, headscale: Path) -> tuple[FleetConfig, Deployment]:
+def init_control(names: Names, outdir: Path, headscale: Path) -> Tuple[FleetConfig, Deployment]:
     """Write the headscale deployment for the lab into ``outdir``: (FleetConfig, Deployment)."""
     fleet = load_fleet(names, str(outdir / "fleet.yaml"))
     try:
@@ -85,13 +85,13 @@ def open_control(outdir: Path, headscale: Path) -> Deployment:
 
 
 def write_host_bundle(dep: Deployment, fleet: FleetConfig, host: str, outdir: Path, socket: Path, cli: Path,
-                      overrides: Mapping[str, Any] | None = None) -> Path:
+                      overrides: Optional[Mapping[str, Any]] = None) -> Path:
     """The fleet bundle (robot.yaml, auth.key, ca.crt) for one lab host, in ``outdir``.
 
     robot.yaml's ``tailscale.socket`` is the host's own tailscaled socket and ``tailscale.cli``
     the given CLI binary; ``overrides`` adds other robot.yaml content (sections are merged).
     """
-    merged: dict[str, Any] = {k: dict(v) if isinstance(v, Mapping) else v for k, v in (overrides or {}).items()}
+    merged: Dict[str, Any] = {k: dict(v) if isinstance(v, Mapping) else v for k, v in (overrides or {}).items()}
     merged.setdefault("tailscale", {}).update({"socket": str(socket), "cli": str(cli)})
     try:
         return Path(bundle.write_bundle(dep, fleet, host, outdir, overrides=merged))

@@ -1,6 +1,8 @@
 """Typed errors of the campus lab; every message names what is wrong and where."""
 from __future__ import annotations
 
+from typing import List
+
 from ..validation import ConfigError
 
 
@@ -20,7 +22,7 @@ class LabTimeout(LabError):
 class CommandError(LabError):
     """A command run by the lab (in a namespace or on the host) failed."""
 
-    def __init__(self, where: str, argv: list[str], returncode: int, output: str) -> None:
+    def __init__(self, where: str, argv: List[str], returncode: int, output: str) -> None:
         self.where = where
         self.argv = list(argv)
         self.returncode = returncode

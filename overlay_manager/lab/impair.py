@@ -8,6 +8,8 @@ hold packets back. All functions here are pure (they return argv lists and rules
 """
 from __future__ import annotations
 
+from typing import List, Optional
+
 from .spec import Impairment
 
 IMPAIR_TABLE = "netdev olab_impair"
@@ -15,19 +17,19 @@ LOSS_SCALE = 1_000_000
 """Loss is drawn as ``numgen random mod LOSS_SCALE < threshold`` (ppm resolution)."""
 
 
-def netem_argv(ifname: str, imp: Impairment) -> list[str]:
+def netem_argv(ifname: str, imp: Impairment) -> List[str]:
     """``tc`` argv that installs netem with all of ``imp`` on ``ifname``'s egress."""
     return ["tc", "qdisc", "replace", "dev", ifname, "root", "netem", *imp.netem_args()]
 
 
-def tbf_argv(ifname: str, rate_mbit: float) -> list[str]:
+def tbf_argv(ifname: str, rate_mbit: float) -> List[str]:
     """``tc`` argv that limits ``ifname``'s egress to ``rate_mbit`` Mbit/s with a token bucket."""
     burst_bytes = max(int(rate_mbit * 1e6 / 8 / 250), 16 * 1024)  # 4 ms worth, at least 16 KiB
     return ["tc", "qdisc", "replace", "dev", ifname, "root", "tbf", "rate", f"{rate_mbit:g}mbit",
             "burst", str(burst_bytes), "latency", "50ms"]
 
 
-def clear_qdisc_argv(ifname: str) -> list[str]:
+def clear_qdisc_argv(ifname: str) -> List[str]:
     """``tc`` argv that removes whatever root qdisc ``ifname`` has (fails harmlessly if none)."""
     return ["tc", "qdisc", "del", "dev", ifname, "root"]
 
@@ -47,7 +49,7 @@ def loss_ruleset(ifname: str, loss_pct: float) -> str:
     return "\n".join(lines) + "\n"
 
 
-def fallback_supported(imp: Impairment) -> str | None:
+def fallback_supported(imp: Impairment) -> Optional[str]:
     """None when ``imp`` can be built without netem; otherwise the reason it cannot."""
     if imp.delay_ms or imp.jitter_ms:
         return ("delay/jitter need tc netem, and this kernel has no sch_netem "

@@ -32,7 +32,7 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Dict, List, Optional, Sequence, Set, Tuple
 
 from .core import REPO_ROOT, Lab, PingResult
 from .errors import LabError
@@ -50,16 +50,16 @@ from .matrix_model import (
 from .relays import enable_relays
 
 
-def run_cells(lab: Lab, todo: Sequence[tuple[str, str, str, str]], count: int, parallel: int,
-              log: Any = print, model: Any = expected) -> list[dict[str, Any]]:
+def run_cells(lab: Lab, todo: Sequence[Tuple[str, str, str, str]], count: int, parallel: int,
+              log: Any = print, model: Any = expected) -> List[Dict[str, Any]]:
     """Ping every cell, never two pings on one host at once; returns one record per cell.
 
     ``model``: (kind a, kind b) -> (expected path, reason)."""
     lock = threading.Condition()
-    busy: set[str] = set()
-    results: list[dict[str, Any]] = []
+    busy: Set[str] = set()
+    results: List[Dict[str, Any]] = []
 
-    def one(cell: tuple[str, str, str, str]) -> None:
+    def one(cell: Tuple[str, str, str, str]) -> None:
         a, b, ha, hb = cell
         with lock:
             while ha in busy or hb in busy:
@@ -95,12 +95,12 @@ def run_cells(lab: Lab, todo: Sequence[tuple[str, str, str, str]], count: int, p
     return sorted(results, key=lambda r: order[(r["a"], r["b"])])
 
 
-def render_markdown(results: Sequence[dict[str, Any]], meta: dict[str, Any],
+def render_markdown(results: Sequence[Dict[str, Any]], meta: Dict[str, Any],
                     kinds: Sequence[str] = KINDS) -> str:
     """The matrix (observed / expected per cell) and the list of cells with notes."""
     by = {(r["a"], r["b"]): r for r in results}
 
-    def mark(r: dict[str, Any]) -> str:
+    def mark(r: Dict[str, Any]) -> str:
         obs, exp = r["observed"], r["expected"]
         return f"**{obs}**" if obs == exp else f"**{obs}** (exp. {exp}) ⚠"
 
@@ -151,8 +151,8 @@ def _version(lab: Lab, binary: str) -> str:
         return "?"
 
 
-def run(out_dir: Path, count: int = 10, parallel: int = 6, run_id: str | None = None,
-        keep: bool = False) -> dict[str, Any]:
+def run(out_dir: Path, count: int = 10, parallel: int = 6, run_id: Optional[str] = None,
+        keep: bool = False) -> Dict[str, Any]:
     """Build the matrix lab, measure every cell, write the markdown and JSON; returns the data."""
     t0 = time.monotonic()
     lab = Lab(matrix_spec(), run_id=run_id)
@@ -183,15 +183,15 @@ def run(out_dir: Path, count: int = 10, parallel: int = 6, run_id: str | None = 
     return data
 
 
-def render_relay_markdown(plain: Sequence[dict[str, Any]], relayed: Sequence[dict[str, Any]],
-                          meta: dict[str, Any]) -> str:
+def render_relay_markdown(plain: Sequence[Dict[str, Any]], relayed: Sequence[Dict[str, Any]],
+                          meta: Dict[str, Any]) -> str:
     """Both tables of a ``--relay`` run: without the relay server, then with it (cells that were
     direct without the relay are not measured again and shown as such)."""
     by_plain = {(r["a"], r["b"]): r for r in plain}
     by_relay = {(r["a"], r["b"]): r for r in relayed}
     kinds = list(RELAY_KINDS)
 
-    def mark(r: dict[str, Any]) -> str:
+    def mark(r: Dict[str, Any]) -> str:
         obs, exp = r["observed"], r["expected"]
         return f"**{obs}**" if obs == exp else f"**{obs}** (exp. {exp}) ⚠"
 
@@ -233,8 +233,8 @@ def render_relay_markdown(plain: Sequence[dict[str, Any]], relayed: Sequence[dic
     return "\n".join(lines)
 
 
-def run_relay(out_dir: Path, count: int = 10, parallel: int = 6, run_id: str | None = None,
-              keep: bool = False, relay_wait_s: float = 15.0) -> dict[str, Any]:
+def run_relay(out_dir: Path, count: int = 10, parallel: int = 6, run_id: Optional[str] = None,
+              keep: bool = False, relay_wait_s: float = 15.0) -> Dict[str, Any]:
     """``--relay``: the matrix without, then with the campus peer relay, in one lab run."""
     t0 = time.monotonic()
     lab = Lab(matrix_spec(relay=True), run_id=run_id)
@@ -289,7 +289,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--from-json", metavar="JSON", help="no measurement: re-render the table from a nat_matrix.json")
 
 
-def rerender(json_path: Path, out_dir: Path) -> dict[str, Any]:
+def rerender(json_path: Path, out_dir: Path) -> Dict[str, Any]:
     """Rewrite nat_matrix.md from an earlier nat_matrix.json (after the notes or the model changed)."""
     data = json.loads(json_path.read_text())
     for r in data["cells"]:

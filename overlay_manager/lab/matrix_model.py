@@ -29,20 +29,20 @@ cannot tell with a single STUN server), so nothing beyond this reasoning is expe
 """
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any, Dict, List, Sequence, Tuple
 
 from .spec import FILTERINGS, MAPPINGS, NatKind, parse_nat_kind
 
-KINDS: tuple[str, ...] = tuple(f"{m}-{f}" for m in MAPPINGS for f in FILTERINGS) + ("udp-blocked", "tcp-only")
+KINDS: Tuple[str, ...] = tuple(f"{m}-{f}" for m in MAPPINGS for f in FILTERINGS) + ("udp-blocked", "tcp-only")
 """Every NAT kind of the matrix, in table order."""
-RELAY_KINDS: tuple[str, ...] = KINDS + ("udp-servers",)
+RELAY_KINDS: Tuple[str, ...] = KINDS + ("udp-servers",)
 """The kinds of ``--relay``: plus the campus mode that lets UDP out only to STUN and the relay."""
 TEAM = "matrix"
 RELAY_BUILDING = "campus"
 """``public`` building (campus server network) of the relay host in ``--relay`` runs."""
 RELAY_HOST = "relay"
 
-NOTES: dict[tuple[str, str], str] = {}
+NOTES: Dict[Tuple[str, str], str] = {}
 """Explanations of measured disagreements, keyed by (row kind, column kind); filled from runs."""
 
 
@@ -56,13 +56,13 @@ def host(kind: str, copy: int) -> str:
     return f"h-{building(kind, copy)}"
 
 
-def matrix_spec(relay: bool = False) -> dict[str, Any]:
+def matrix_spec(relay: bool = False) -> Dict[str, Any]:
     """The lab spec: two buildings per NAT kind, one robot each, all in one team; with ``relay``
     also the ``udp-servers`` kind and a relay host (base station) in a ``public`` building."""
     kinds = RELAY_KINDS if relay else KINDS
     buildings = {building(k, c): {"nat": k, "hosts": {host(k, c): {"team": TEAM, "role": "robot"}}}
                  for k in kinds for c in (0, 1)}
-    spec: dict[str, Any] = {"name": "nat_matrix_relay" if relay else "nat_matrix", "buildings": buildings,
+    spec: Dict[str, Any] = {"name": "nat_matrix_relay" if relay else "nat_matrix", "buildings": buildings,
                             "teams": {TEAM: {"master": host(kinds[0], 0)}}}
     if relay:
         buildings[RELAY_BUILDING] = {"nat": "public",
@@ -80,7 +80,7 @@ def _gets_through(src: NatKind, dst: NatKind) -> bool:
     return dst.mapping == "eim" and src.mapping == "eim"
 
 
-def expected(a: str, b: str) -> tuple[str, str]:
+def expected(a: str, b: str) -> Tuple[str, str]:
     """Expected path between hosts behind NAT kinds ``a`` and ``b``, and the one-line reason."""
     ka, kb = parse_nat_kind(a), parse_nat_kind(b)
     for k, name in ((ka, a), (kb, b)):
@@ -93,7 +93,7 @@ def expected(a: str, b: str) -> tuple[str, str]:
     return "derp", "neither side's first packet passes the other NAT's filter"
 
 
-def expected_with_relay(a: str, b: str) -> tuple[str, str]:
+def expected_with_relay(a: str, b: str) -> Tuple[str, str]:
     """Expected path with a peer relay on the campus server network that both may use.
 
     Tailscale prefers a direct path; otherwise both ends send UDP to the relay's address and port
@@ -138,7 +138,7 @@ def why_not_rule_of_thumb(a: str, b: str, observed: str) -> str:
             "from the port STUN saw, and address-dependent filtering does not check the peer's port")
 
 
-def cells(kinds: Sequence[str] = KINDS) -> list[tuple[str, str, str, str]]:
+def cells(kinds: Sequence[str] = KINDS) -> List[Tuple[str, str, str, str]]:
     """(row kind, column kind, host A, host B) for the upper triangle incl. the diagonal.
 
     Off-diagonal cells alternate between the two copies of each kind so that more pings can

@@ -19,6 +19,7 @@ from __future__ import annotations
 import re
 import secrets
 from dataclasses import dataclass
+from typing import List, Optional, Tuple
 
 from .errors import LabError
 from .spec import LabSpec
@@ -50,7 +51,7 @@ def check_run_id(run_id: str) -> str:
     return run_id
 
 
-def run_id_of_namespace(ns: str) -> str | None:
+def run_id_of_namespace(ns: str) -> Optional[str]:
     """The run id if ``ns`` is a lab namespace name, else None."""
     m = NS_RE.match(ns)
     return m.group(1) if m else None
@@ -94,7 +95,7 @@ class Names:
     def host_ns(self, host: str) -> str:
         return f"{self.prefix}h-{host}"
 
-    def all_namespaces(self) -> list[str]:
+    def all_namespaces(self) -> List[str]:
         """Every namespace of the run, in creation order."""
         out = [self.backbone_ns, self.control_ns]
         for b in self.spec.buildings:
@@ -123,7 +124,7 @@ class Names:
                 return i
         raise LabError(f"no building {building!r} in spec {self.spec.source}")
 
-    def host_index(self, host: str) -> tuple[int, int]:
+    def host_index(self, host: str) -> Tuple[int, int]:
         """(building index, index within the building) of a host."""
         for i, b in enumerate(self.spec.buildings):
             for j, h in enumerate(b.hosts):
@@ -159,7 +160,7 @@ class Names:
         return f"https://{self.control_address}:{self.spec.control.port}"
 
     # --- links --------------------------------------------------------------------------
-    def link_endpoints(self, link: str) -> tuple[Endpoint, Endpoint]:
+    def link_endpoints(self, link: str) -> Tuple[Endpoint, Endpoint]:
         """Both ends of a named link (``control``, a building's uplink, a host's LAN link)."""
         if link == "control":
             return Endpoint(self.control_ns, "eth0"), Endpoint(self.backbone_ns, "ctl")

@@ -64,7 +64,7 @@ def _fail(what: str, detail: str = "") -> int:
     return 1
 
 
-def main(argv: List[str] | None = None) -> int:
+def main(argv: Optional[List[str]] = None) -> int:
     """Probe entry point; exit 0 with JSON on success, 1 with {"ok": false, "error"} otherwise."""
     ap = argparse.ArgumentParser(prog="probe")
     sub = ap.add_subparsers(dest="cmd", required=True)

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Dict, List, Mapping, Set, Tuple
 
 from ..validation import MISSING, ConfigError, Reader, is_domain, join_key, load_yaml, shorten, type_name
 from .errors import SpecError
@@ -75,7 +75,7 @@ class _SpecReader(Reader):
         return SpecError(self.source, key, problem, host=host)
 
 
-def _check_keys(source: str, key: str, value: Any, allowed: set[str]) -> Mapping[str, Any]:
+def _check_keys(source: str, key: str, value: Any, allowed: Set[str]) -> Mapping[str, Any]:
     return _SpecReader(source).mapping(value, key, allowed)
 
 
@@ -115,8 +115,8 @@ def parse_impairment(source: str, key: str, value: Any) -> Impairment:
     return imp
 
 
-def _parse_hosts(source: str, key: str, value: Any, building: str) -> tuple[HostSpec, ...]:
-    items: list[tuple[str, Any]]
+def _parse_hosts(source: str, key: str, value: Any, building: str) -> Tuple[HostSpec, ...]:
+    items: List[Tuple[str, Any]]
     if isinstance(value, list):
         items = [(v, {}) for v in value]
         keys = [f"{key}[{i}]" for i in range(len(value))]
@@ -168,7 +168,7 @@ def parse_spec(data: Any, source: str = "<dict>", default_name: str = "lab") -> 
     if len(raw_buildings) > MAX_BUILDINGS:
         raise SpecError(source, "buildings", f"at most {MAX_BUILDINGS} buildings")
     buildings = []
-    seen: dict[str, str] = {}
+    seen: Dict[str, str] = {}
     for bname, body in raw_buildings.items():
         bkey = join_key("buildings", bname)
         _name(source, bkey, bname)
@@ -197,7 +197,7 @@ def parse_spec(data: Any, source: str = "<dict>", default_name: str = "lab") -> 
     impair_raw = r.mapping(top.get("impair"), "impair",
                            what="a mapping link name -> {delay_ms, jitter_ms, loss_pct, rate_mbit}")
     links = spec.link_names()
-    impair: dict[str, Impairment] = {}
+    impair: Dict[str, Impairment] = {}
     for link, body in impair_raw.items():
         if link not in links:
             raise SpecError(source, join_key("impair", link), f"unknown link (links: {', '.join(links)})")
@@ -207,10 +207,10 @@ def parse_spec(data: Any, source: str = "<dict>", default_name: str = "lab") -> 
                    source=source, relays=relays)
 
 
-def _parse_relays(r: Reader, raw: Any, spec: LabSpec, teams: Mapping[str, str]) -> dict[str, RelaySpec]:
+def _parse_relays(r: Reader, raw: Any, spec: LabSpec, teams: Mapping[str, str]) -> Dict[str, RelaySpec]:
     """Host -> RelaySpec from the ``relays`` mapping (host -> {port, teams})."""
     section = r.mapping(raw, "relays", what="a mapping relay host -> {port, teams}")
-    out: dict[str, RelaySpec] = {}
+    out: Dict[str, RelaySpec] = {}
     for host, body in section.items():
         key = join_key("relays", host)
         try:
@@ -230,13 +230,13 @@ def _parse_relays(r: Reader, raw: Any, spec: LabSpec, teams: Mapping[str, str]) 
     return out
 
 
-def _parse_teams(source: str, raw: Any, spec: LabSpec) -> dict[str, str]:
+def _parse_teams(source: str, raw: Any, spec: LabSpec) -> Dict[str, str]:
     """Team -> master host; a team without an entry gets its first robot (else its first host)."""
     _SpecReader(source).mapping(raw, "teams", what="a mapping team name -> {master: HOST}")
-    members: dict[str, list[HostSpec]] = {}
+    members: Dict[str, List[HostSpec]] = {}
     for h in spec.hosts:
         members.setdefault(h.team, []).append(h)
-    teams: dict[str, str] = {}
+    teams: Dict[str, str] = {}
     for team, body in raw.items():
         key = join_key("teams", team)
         if team not in members:
@@ -270,9 +270,9 @@ def load_spec(spec: SpecInput) -> LabSpec:
     return parse_spec(data, source=str(path), default_name=path.stem)
 
 
-def spec_to_dict(spec: LabSpec) -> dict[str, Any]:
+def spec_to_dict(spec: LabSpec) -> Dict[str, Any]:
     """A plain mapping that :func:`parse_spec` turns back into an equal spec (for state files)."""
-    def imp(i: Impairment) -> dict[str, float]:
+    def imp(i: Impairment) -> Dict[str, float]:
         return {k: v for k, v in (("delay_ms", i.delay_ms), ("jitter_ms", i.jitter_ms),
                                   ("loss_pct", i.loss_pct), ("rate_mbit", i.rate_mbit)) if v}
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping, Union
+from typing import Any, List, Mapping, Tuple, Union
 
 from ..validation import shorten
 
@@ -54,7 +54,7 @@ class NatKind:
         return f"{self.mapping}-{self.filtering}"
 
 
-def nat_kind_names() -> list[str]:
+def nat_kind_names() -> List[str]:
     """Every accepted NAT kind name (canonical names and bare mappings)."""
     names = [f"{m}-{f}" for m in MAPPINGS for f in FILTERINGS]
     return names + list(MAPPINGS) + ["udp-blocked", "tcp-only", "udp-servers", PUBLIC]
@@ -96,9 +96,9 @@ class Impairment:
         """True when nothing is impaired."""
         return not (self.delay_ms or self.jitter_ms or self.loss_pct or self.rate_mbit)
 
-    def netem_args(self) -> list[str]:
+    def netem_args(self) -> List[str]:
         """Arguments after ``tc qdisc replace dev X root netem``; [] when empty."""
-        args: list[str] = []
+        args: List[str] = []
         if self.delay_ms or self.jitter_ms:
             args += ["delay", f"{self.delay_ms:g}ms"]
             if self.jitter_ms:
@@ -129,7 +129,7 @@ class BuildingSpec:
 
     name: str
     nat: NatKind
-    hosts: tuple[HostSpec, ...]
+    hosts: Tuple[HostSpec, ...]
 
 
 @dataclass(frozen=True)
@@ -151,7 +151,7 @@ class RelaySpec:
     host: str
     port: int = DEFAULT_RELAY_PORT
     """UDP port of the relay server."""
-    teams: tuple[str, ...] = ()
+    teams: Tuple[str, ...] = ()
     """Teams that may use it (() = all)."""
 
 
@@ -161,7 +161,7 @@ class LabSpec:
 
     name: str
     control: ControlSpec
-    buildings: tuple[BuildingSpec, ...]
+    buildings: Tuple[BuildingSpec, ...]
     teams: Mapping[str, str] = field(default_factory=dict)
     """Team name -> its master host (the host running roscore), for every team of the hosts."""
     impair: Mapping[str, Impairment] = field(default_factory=dict)
@@ -172,7 +172,7 @@ class LabSpec:
     """Peer relays by host name."""
 
     @property
-    def hosts(self) -> tuple[HostSpec, ...]:
+    def hosts(self) -> Tuple[HostSpec, ...]:
         """All hosts in building order."""
         return tuple(h for b in self.buildings for h in b.hosts)
 
@@ -190,7 +190,7 @@ class LabSpec:
                 return b
         raise KeyError(name)
 
-    def link_names(self) -> list[str]:
+    def link_names(self) -> List[str]:
         """Links that can be impaired: ``control``, each building (uplink), each host (LAN link)."""
         return ["control"] + [b.name for b in self.buildings] + [h.name for h in self.hosts]
 

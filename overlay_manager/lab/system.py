@@ -15,7 +15,7 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import IO, Callable, Mapping, Sequence, TypeVar
+from typing import IO, Callable, Dict, List, Mapping, Optional, Sequence, TypeVar, Union
 
 from .. import waiting
 from .errors import CommandError, LabError, LabTimeout
@@ -38,21 +38,21 @@ def quiet_echo(line: str) -> None:
     """An echo that prints nothing."""
 
 
-def ns_argv(ns: str | None, argv: Sequence[str]) -> list[str]:
+def ns_argv(ns: Optional[str], argv: Sequence[str]) -> List[str]:
     """``argv`` prefixed with ``ip netns exec NS`` (which also bind-mounts /etc/netns/NS/*)."""
     return (["ip", "netns", "exec", ns] if ns else []) + [str(a) for a in argv]
 
 
-def wait_for(what: str, check: Callable[[], T | None], timeout: float, interval: float = 0.1,
-             detail: Callable[[], str] | None = None) -> T:
+def wait_for(what: str, check: Callable[[], Optional[T]], timeout: float, interval: float = 0.1,
+             detail: Optional[Callable[[], str]] = None) -> T:
     """:func:`overlay_manager.waiting.wait_for` for the lab: LabTimeout when ``timeout`` seconds
     pass, and a LabError from ``check`` (e.g. "the daemon exited") ends the wait at once."""
     return waiting.wait_for(what, check, timeout, interval, detail, fatal=(LabError,), error=LabTimeout)
 
 
-def run(argv: Sequence[str], ns: str | None = None, *, echo: Echo = default_echo,
-        timeout: float = 30.0, check: bool = True, input: str | None = None,
-        env: Mapping[str, str] | None = None, quiet: bool = False) -> subprocess.CompletedProcess[str]:
+def run(argv: Sequence[str], ns: Optional[str] = None, *, echo: Echo = default_echo,
+        timeout: float = 30.0, check: bool = True, input: Optional[str] = None,
+        env: Optional[Mapping[str, str]] = None, quiet: bool = False) -> subprocess.CompletedProcess[str]:
     """Run a command (in namespace ``ns`` if given), capture stdout+stderr as text.
 
     The child gets its own session; on timeout its whole process group is killed (by pid) and
@@ -77,10 +77,10 @@ def run(argv: Sequence[str], ns: str | None = None, *, echo: Echo = default_echo
     return result
 
 
-def spawn(argv: Sequence[str], ns: str | None, *, echo: Echo = default_echo,
-          env: Mapping[str, str] | None = None, log: Path | None = None,
-          stdout: int | IO[bytes] | None = None, stderr: int | IO[bytes] | None = None,
-          stdin: int | IO[bytes] | None = subprocess.DEVNULL, cwd: str | Path | None = None,
+def spawn(argv: Sequence[str], ns: Optional[str], *, echo: Echo = default_echo,
+          env: Optional[Mapping[str, str]] = None, log: Optional[Path] = None,
+          stdout: Union[int, IO[bytes], None] = None, stderr: Union[int, IO[bytes], None] = None,
+          stdin: Union[int, IO[bytes], None] = subprocess.DEVNULL, cwd: Union[str, Path, None] = None,
           **popen_kw: object) -> subprocess.Popen:
     """Start a long-running process in namespace ``ns``, in its own session (pgid = pid).
 
@@ -120,7 +120,7 @@ def ns_exists(ns: str) -> bool:
     return (NETNS_RUN_DIR / ns).exists()
 
 
-def list_namespaces() -> list[str]:
+def list_namespaces() -> List[str]:
     """Names under /run/netns (all named namespaces on the machine)."""
     try:
         return sorted(p.name for p in NETNS_RUN_DIR.iterdir())
@@ -128,7 +128,7 @@ def list_namespaces() -> list[str]:
         return []
 
 
-def ns_inode(ns: str) -> int | None:
+def ns_inode(ns: str) -> Optional[int]:
     """Inode of a named namespace (identifies it in /proc/PID/ns/net), None if it does not exist."""
     try:
         return os.stat(NETNS_RUN_DIR / ns).st_ino
@@ -136,7 +136,7 @@ def ns_inode(ns: str) -> int | None:
         return None
 
 
-def pids_in_ns(ns: str) -> list[int]:
+def pids_in_ns(ns: str) -> List[int]:
     """Pids of processes whose network namespace is ``ns`` (same as ``ip netns pids``)."""
     ino = ns_inode(ns)
     if ino is None:
@@ -247,7 +247,7 @@ def ns_call(ns: str, fn: Callable[[], T]) -> T:
     Sockets created by ``fn`` stay in ``ns`` after the thread ends, so the lab can probe
     addresses that exist only inside its namespaces without touching the host's network.
     """
-    box: dict[str, object] = {}
+    box: Dict[str, object] = {}
 
     def body() -> None:
         try:
