@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 import sys
 import threading
-from typing import Dict
+from typing import Dict, Optional
 
 import rospy
 
@@ -136,7 +136,7 @@ class FakeOverlayNode:
         self.changes_pub.publish(change)
         self.publish()
 
-    def find(self, name: str) -> Peer | None:
+    def find(self, name: str) -> Optional[Peer]:
         """Peer by short name, FQDN or address."""
         for peer in self.peers.values():
             if name in (peer.name, peer.dns_name, *peer.addresses):

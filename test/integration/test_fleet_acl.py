@@ -33,7 +33,7 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Dict, Iterator, List, Optional
 
 import pytest
 import yaml
@@ -94,8 +94,8 @@ def sh(*argv: str, check: bool = True) -> subprocess.CompletedProcess:
 class Net:
     def __init__(self) -> None:
         self.run = secrets.token_hex(3)
-        self.ns: list[str] = []
-        self.procs: list[subprocess.Popen] = []
+        self.ns: List[str] = []
+        self.procs: List[subprocess.Popen] = []
         self.root = Path(tempfile.mkdtemp(prefix=f"fleet-acl-{self.run}-", dir="/tmp"))
 
     def name(self, short: str) -> str:
@@ -108,7 +108,7 @@ class Net:
         sh("ip", "-n", ns, "link", "set", "lo", "up")
         return ns
 
-    def popen(self, ns: str, argv: list[str], log: Path, env: dict[str, str] | None = None) -> subprocess.Popen:
+    def popen(self, ns: str, argv: List[str], log: Path, env: Optional[Dict[str, str]] = None) -> subprocess.Popen:
         print(f"+ [{ns}]", " ".join(argv))
         with open(log, "wb") as out:
             p = subprocess.Popen(["ip", "netns", "exec", ns, *argv], stdout=out, stderr=subprocess.STDOUT,
@@ -135,7 +135,7 @@ class Net:
 
 
 @pytest.fixture(scope="module")
-def net() -> Iterator[dict[str, Any]]:
+def net() -> Iterator[Dict[str, Any]]:
     n = Net()
     try:
         sw = n.add_ns("sw")
@@ -195,17 +195,17 @@ def net() -> Iterator[dict[str, Any]]:
         n.close()
 
 
-def _from(net: dict[str, Any], src: str, dst: str, timeout: float = 3.0) -> str:
+def _from(net: Dict[str, Any], src: str, dst: str, timeout: float = 3.0) -> str:
     n: Net = net["net"]
     return n.connect(n.name(HOSTS[src][0]), net["ips"][dst], timeout)
 
 
-def test_team_mates_reach_each_other(net: dict[str, Any]) -> None:
+def test_team_mates_reach_each_other(net: Dict[str, Any]) -> None:
     wait_for("alpha-robot1 -> alpha-robot2 TCP", lambda: _from(net, "alpha-robot1", "alpha-robot2") == "ok", 30)
     wait_for("alpha-robot2 -> alpha-robot1 TCP", lambda: _from(net, "alpha-robot2", "alpha-robot1") == "ok", 30)
 
 
-def test_operator_reaches_own_team(net: dict[str, Any]) -> None:
+def test_operator_reaches_own_team(net: Dict[str, Any]) -> None:
     wait_for("alpha-op -> alpha-robot2 TCP", lambda: _from(net, "alpha-op", "alpha-robot2") == "ok", 30)
     wait_for("alpha-robot1 -> alpha-op TCP (ROS callbacks)",
              lambda: _from(net, "alpha-robot1", "alpha-op") == "ok", 30)
@@ -213,7 +213,7 @@ def test_operator_reaches_own_team(net: dict[str, Any]) -> None:
 
 @pytest.mark.parametrize("src,dst", [("alpha-robot1", "bravo-robot1"), ("bravo-robot1", "alpha-robot1"),
                                      ("alpha-op", "bravo-robot1"), ("bravo-robot1", "alpha-op")])
-def test_no_tcp_across_teams(net: dict[str, Any], src: str, dst: str) -> None:
+def test_no_tcp_across_teams(net: Dict[str, Any], src: str, dst: str) -> None:
     # same-team traffic works by now (positive control), so a failure here is the ACL
     wait_for("alpha-robot1 -> alpha-robot2 TCP", lambda: _from(net, "alpha-robot1", "alpha-robot2") == "ok", 30)
     out = _from(net, src, dst, timeout=3.0)
@@ -241,7 +241,7 @@ except (OSError, xmlrpc.client.Error) as e:
 
 
 @pytest.mark.skipif(shutil.which("rosmaster") is None, reason="ROS not installed (scripts/setup)")
-def test_team_mate_reaches_ros_master_other_team_cannot(net: dict[str, Any]) -> None:
+def test_team_mate_reaches_ros_master_other_team_cannot(net: Dict[str, Any]) -> None:
     """A real ROS master on alpha-robot2: alpha-robot1 queries it over the overlay, bravo-robot1
     cannot even open TCP to it."""
     n: Net = net["net"]
@@ -268,7 +268,7 @@ print("ok" if r.returncode == 0 else "fail")
 """
 
 
-def test_relay_server_on_off_through_localapi(net: dict[str, Any]) -> None:
+def test_relay_server_on_off_through_localapi(net: Dict[str, Any]) -> None:
     """The bundle's relay key turns the real tailscaled's relay server on (prefs), idempotently,
     and off when the key is gone."""
     cfg = net["relay_cfg"]
@@ -286,7 +286,7 @@ def test_relay_server_on_off_through_localapi(net: dict[str, Any]) -> None:
     assert apply_relay(api, cfg.relay).changed  # on again for the tests below
 
 
-def test_relay_visible_to_other_team_but_closed(net: dict[str, Any]) -> None:
+def test_relay_visible_to_other_team_but_closed(net: Dict[str, Any]) -> None:
     """bravo may use alpha's relay: it sees the relay host and may ping it, and cannot open TCP to
     it; the relay's own team reaches it as before; bravo still sees no alpha machine."""
     n: Net = net["net"]
@@ -309,7 +309,7 @@ def test_relay_visible_to_other_team_but_closed(net: dict[str, Any]) -> None:
     assert peers == {"campus-relay"}, f"bravo-robot1 should see only the relay, sees {sorted(peers)}"
 
 
-def test_policy_gives_an_enrolled_host_its_new_relay_tags(net: dict[str, Any]) -> None:
+def test_policy_gives_an_enrolled_host_its_new_relay_tags(net: Dict[str, Any]) -> None:
     """An enrolled host that becomes a relay keeps its old tags on re-enrolment (headscale), so
     `fleet policy` sets the fleet file's tags after the new policy is in force; and back."""
     dep, path = net["dep"], net["fleet_file"]
@@ -318,7 +318,7 @@ def test_policy_gives_an_enrolled_host_its_new_relay_tags(net: dict[str, Any]) -
     path2 = path.with_name("fleet-more-relays.yaml")
     path2.write_text(yaml.safe_dump(data))
 
-    def tags() -> list[str]:
+    def tags() -> List[str]:
         return sorted(next(r for r in fleet_status(dep, load_fleet(path2)) if r.host == "alpha-robot2").tags)
 
     try:

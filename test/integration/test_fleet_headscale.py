@@ -27,7 +27,7 @@ import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Dict, Iterator, List, Optional
 
 import pytest
 import yaml
@@ -48,7 +48,7 @@ _missing = [str(p) for p in (HEADSCALE, TAILSCALE, TAILSCALED) if not os.access(
 pytestmark = pytest.mark.skipif(bool(_missing), reason=f"needs {', '.join(_missing)} (run scripts/setup)")
 
 
-def wait_for(what: str, check: Callable[[], Any], timeout: float, log: Path | None = None) -> Any:
+def wait_for(what: str, check: Callable[[], Any], timeout: float, log: Optional[Path] = None) -> Any:
     """overlay_manager.waiting.wait_for every 0.2 s, with the tail of ``log`` as the last state."""
     def tail() -> str:
         if log is None or not log.exists():
@@ -81,13 +81,13 @@ class Server:
     fleet: FleetConfig
     dep: Deployment
     log: Path
-    procs: list[subprocess.Popen]
+    procs: List[subprocess.Popen]
 
 
 @pytest.fixture(scope="module")
 def server() -> Iterator[Server]:
     root = Path(tempfile.mkdtemp(prefix="fleet-it-", dir="/tmp"))
-    procs: list[subprocess.Popen] = []
+    procs: List[subprocess.Popen] = []
     try:
         port, grpc, stun = free_port(), free_port(), free_port(socket.SOCK_DGRAM)
         fleet_file = root / "fleet.yaml"
@@ -126,7 +126,7 @@ class Tailscaled:
         return subprocess.run([str(TAILSCALE), f"--socket={self.socket}", *args], capture_output=True,
                               text=True, timeout=timeout, check=False)
 
-    def status(self) -> dict[str, Any]:
+    def status(self) -> Dict[str, Any]:
         out = self.cli("status", "--json")
         return json.loads(out.stdout) if out.stdout.strip().startswith("{") else {}
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Dict, Iterator, List, Optional
 
 import pytest
 
@@ -53,9 +53,9 @@ def lab_required() -> None:
 @pytest.fixture(scope="session")
 def lab_factory(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[..., Lab]]:
     """``make(spec, run_id=None, enrol=False, start_tailscaled=True, **lab_kw) -> Lab`` (see module doc)."""
-    labs: list[Lab] = []
+    labs: List[Lab] = []
 
-    def make(spec: Any, run_id: str | None = None, enrol: bool = False,
+    def make(spec: Any, run_id: Optional[str] = None, enrol: bool = False,
              start_tailscaled: bool = True, **lab_kw: Any) -> Lab:
         require_lab()
         lab = Lab(spec, run_id=run_id, workdir=tmp_path_factory.mktemp("lab"), **lab_kw)
@@ -82,7 +82,7 @@ def two_buildings_lab(lab_factory: Callable[..., Lab]) -> Lab:
     return lab_factory(TWO_BUILDINGS)
 
 
-def _snapshot() -> dict[str, bytes]:
+def _snapshot() -> Dict[str, bytes]:
     out = {}
     for f in ("/etc/resolv.conf", "/etc/hosts"):
         try:
@@ -97,6 +97,6 @@ def _snapshot() -> dict[str, bytes]:
 
 
 @pytest.fixture
-def host_network_snapshot() -> Callable[[], dict[str, bytes]]:
+def host_network_snapshot() -> Callable[[], Dict[str, bytes]]:
     """``take()``: the host's resolver files, routes, rules, links and nft ruleset (bytes)."""
     return _snapshot

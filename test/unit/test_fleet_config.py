@@ -6,7 +6,7 @@ import copy
 import os
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Dict
 
 import pytest
 
@@ -22,7 +22,7 @@ from overlay_manager.fleet.config import (  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 
-BASE: dict[str, Any] = {
+BASE: Dict[str, Any] = {
     "fleet": "lab",
     "base_domain": "fleet.internal",
     "server": {"url": "https://10.231.0.2:8443"},
@@ -34,7 +34,7 @@ BASE: dict[str, Any] = {
 }
 
 
-def fleet(**changes: Any) -> dict[str, Any]:
+def fleet(**changes: Any) -> Dict[str, Any]:
     d = copy.deepcopy(BASE)
     d.update(changes)
     return d

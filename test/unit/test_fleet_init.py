@@ -8,7 +8,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any, Dict
+from typing import Any, Dict, List, Tuple
 
 import pytest
 import yaml
@@ -30,7 +30,7 @@ def write_fleet(d: Path, server: Dict[str, Any]) -> Path:
     return p
 
 
-def keypair(d: Path, name: str) -> tuple[Path, Path]:
+def keypair(d: Path, name: str) -> Tuple[Path, Path]:
     """A self-signed certificate and its key (PEM), made with openssl."""
     key, crt = d / f"{name}.key", d / f"{name}.crt"
     subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
@@ -39,7 +39,7 @@ def keypair(d: Path, name: str) -> tuple[Path, Path]:
     return crt, key
 
 
-def leftovers(d: Path) -> list[str]:
+def leftovers(d: Path) -> List[str]:
     return sorted(p.name for p in d.iterdir() if p.name.startswith("."))
 
 
@@ -61,7 +61,7 @@ def test_new_deployment_is_complete_and_rerun_converges(tmp_path: Path) -> None:
     assert (root / "tls" / "ca.crt").read_bytes() == ca, "the CA robots trust is kept"
 
 
-def _assert_nothing_left(tmp_path: Path, out: Path, before: list[str]) -> None:
+def _assert_nothing_left(tmp_path: Path, out: Path, before: List[str]) -> None:
     assert not out.exists() or sorted(p.name for p in out.iterdir()) == before
     assert not leftovers(tmp_path)
 

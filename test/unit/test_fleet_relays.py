@@ -6,7 +6,7 @@ from __future__ import annotations
 import copy
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Dict
 
 import pytest
 import yaml
@@ -20,7 +20,7 @@ from overlay_manager.validation import ConfigError  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 
-BASE: dict[str, Any] = {
+BASE: Dict[str, Any] = {
     "fleet": "lab",
     "base_domain": "fleet.internal",
     "server": {"url": "https://10.231.0.2:8443"},
