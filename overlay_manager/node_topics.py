@@ -11,7 +11,7 @@ the pinger keeps only those paths fresh (plus node.watch_peers and the master's 
 
 from __future__ import annotations
 
-from typing import Any, Dict, Iterable, List, Mapping, Optional
+from typing import Any, Iterable, List, Mapping, Optional
 
 import rosgraph
 import rospy
@@ -19,35 +19,13 @@ import rospy
 from overlay_manager.msg import TopicLink, TopicLinkList
 from overlay_manager.srv import GetTopicLinks, GetTopicLinksResponse
 
-from .config import ConfigError
 from .graph_reader import GraphReader, TopicMapper
 from .monitor import OverlayMonitor
 from .topology import TopicLink as Link
-from .topology import filter_links, peers_with_links
+from .topology import filter_links, parse_host_aliases, peers_with_links
 
 XMLRPC_TIMEOUT_S = 1.0
 """Socket timeout of each XML-RPC call (master and nodes): a dead node costs at most this."""
-
-
-def parse_host_aliases(value: Any, source: str) -> Dict[str, str]:
-    """The ~host_aliases parameter: a mapping of URI host (as nodes advertise it, e.g. a LAN
-    address set as ROS_IP) -> short machine name on the overlay.
-
-    Raises:
-        ConfigError: naming the parameter and the bad entry.
-    """
-    if value is None or value == "":
-        return {}
-    if not isinstance(value, dict):
-        raise ConfigError(source, "host_aliases", f"must be a mapping host -> machine name, got "
-                                                  f"{type(value).__name__}")
-    out: Dict[str, str] = {}
-    for host, machine in value.items():
-        if not isinstance(host, str) or not host.strip() or not isinstance(machine, str) or not machine.strip():
-            raise ConfigError(source, f"host_aliases.{host}",
-                              f"must map a host name or address to a machine's short name, got {machine!r}")
-        out[host.strip()] = machine.strip().split(".", 1)[0]
-    return out
 
 
 def link_msg(link: Link) -> TopicLink:

@@ -36,6 +36,7 @@ from typing import (
     Tuple,
 )
 
+from .config import ConfigError
 from .peers import PATH_DERP, PATH_DIRECT, PATH_PEER_RELAY, PATH_SELF, PATH_UNKNOWN, PeerState, Snapshot
 
 Node = str       # a ROS caller id, e.g. "/camera"
@@ -377,3 +378,24 @@ def peers_with_links(links: Iterable[TopicLink], self_name: str) -> FrozenSet[st
         elif link.subscriber_host == self_name and link.publisher_host:
             out.add(link.publisher_host)
     return frozenset(out)
+
+
+def parse_host_aliases(value: Any, source: str) -> Dict[str, str]:
+    """The ~host_aliases parameter: a mapping of URI host (as nodes advertise it, e.g. a LAN
+    address set as ROS_IP) -> short machine name on the overlay.
+
+    Raises:
+        ConfigError: naming the parameter and the bad entry.
+    """
+    if value is None or value == "":
+        return {}
+    if not isinstance(value, dict):
+        raise ConfigError(source, "host_aliases", f"must be a mapping host -> machine name, got "
+                                                  f"{type(value).__name__}")
+    out: Dict[str, str] = {}
+    for host, machine in value.items():
+        if not isinstance(host, str) or not host.strip() or not isinstance(machine, str) or not machine.strip():
+            raise ConfigError(source, f"host_aliases.{host}",
+                              f"must map a host name or address to a machine's short name, got {machine!r}")
+        out[host.strip()] = machine.strip().split(".", 1)[0]
+    return out

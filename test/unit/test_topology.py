@@ -285,3 +285,16 @@ def test_mapper_asks_only_publishers_crossing_this_machine_and_caches_uris() -> 
     mapper.build(SNAP)
     assert graph.count("lookupNode") == 5                                   # /cam looked up again
     mapper.close()
+
+
+def test_parse_host_aliases() -> None:
+    from overlay_manager.config import ConfigError
+    from overlay_manager.topology import parse_host_aliases
+
+    assert parse_host_aliases(None, "p") == {}
+    assert parse_host_aliases({"192.168.1.20": "robot1.fleet.internal", " lan-cam ": "robot2"}, "p") == {
+        "192.168.1.20": "robot1", "lan-cam": "robot2"}
+    with pytest.raises(ConfigError, match="/overlay_manager private parameters: host_aliases: must be a mapping"):
+        parse_host_aliases(["robot1"], "/overlay_manager private parameters")
+    with pytest.raises(ConfigError, match=r"host_aliases\.192\.168\.1\.20"):
+        parse_host_aliases({"192.168.1.20": 7}, "p")
