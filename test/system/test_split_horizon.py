@@ -215,3 +215,8 @@ def test_local_topic_has_no_gap_while_tailscaled_restarts(fleet):
     assert lost == 0
     assert remote_gap > OUTAGE_S * 0.8, "the remote subscriber did not notice the outage: was tailscaled killed?"
     assert base_gap > 1.0, "the baseline over the overlay address did not stall: the test would not notice a regression"
+    # the node kept the block through the restart (tailscaled lists no peers while it starts),
+    # and its in-place updates of the namespace's hosts file left nothing behind
+    assert _getent(lab, ROBOT, f"{LAPTOP}.fleet.internal") == [lab.overlay_ip(LAPTOP)]
+    etc = Path("/etc/netns") / lab.namespace(ROBOT)
+    assert [f.name for f in etc.iterdir() if "overlay_manager" in f.name] == []
