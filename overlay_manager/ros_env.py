@@ -128,9 +128,9 @@ def _enrol_and_write_hosts(cfg: RobotConfig, enrol: bool, write_hosts: bool, qui
     """Enrol if asked (log in again with a new key if reauth), write the hosts block if asked;
     returns this machine's overlay name."""
     from .enrolment import ensure_enrolled
-    from .hosts import HostsError, entries_for, own_names, update_hosts_file
+    from .hosts import entries_for, own_names, update_hosts_file
     from .peers import parse_status
-    from .tailscale import LocalAPI, TailscaleError
+    from .tailscale import LocalAPI
     api = LocalAPI(cfg.tailscale.socket)
     if enrol:
         result = ensure_enrolled(api, cfg, reauth=reauth)
@@ -145,10 +145,7 @@ def _enrol_and_write_hosts(cfg: RobotConfig, enrol: bool, write_hosts: bool, qui
     if write_hosts:
         # split horizon: this machine's own names -> loopback, the others -> overlay addresses
         own = own_names(snap.self_peer, cfg.fqdn, snap.peers)
-        try:
-            changed = update_hosts_file(cfg.node.hosts_file, entries_for(snap.peers, own))
-        except HostsError as exc:
-            raise TailscaleError(str(exc)) from None
+        changed = update_hosts_file(cfg.node.hosts_file, entries_for(snap.peers, own))  # HostsError: caller
         if changed or not quiet:
             print(f"overlay_env: {cfg.node.hosts_file}: {', '.join(own)} -> loopback, overlay names of "
                   f"{len(snap.peers)} other machines", file=sys.stderr)
@@ -200,12 +197,16 @@ def main(argv: Optional[List[str]] = None) -> int:
         return 0
     self_dns = ""
     if args.enrol or args.write_hosts:
+        from .hosts import HostsError
         from .tailscale import TailscaleError
         deadline = time.monotonic() + args.retry
         while True:
             try:
                 self_dns = _enrol_and_write_hosts(cfg, args.enrol, args.write_hosts, reauth=args.reauth)
                 break
+            except HostsError as exc:  # the file needs a person (unbalanced markers, permissions)
+                _err(str(exc))
+                return 1
             except (TailscaleError, OSError) as exc:
                 if time.monotonic() + RETRY_PAUSE_S > deadline:
                     _err(str(exc) + (f" (retried for {args.retry:.0f} s)" if args.retry > 0 else ""))
