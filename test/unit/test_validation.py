@@ -454,9 +454,10 @@ def test_mutated_examples_only_give_config_errors(loader: str, example: str) -> 
 def test_nesting_limit_with_and_without_libyaml(monkeypatch: pytest.MonkeyPatch, libyaml: bool) -> None:
     """libyaml: refused past MAX_DEPTH before composing; pure PyYAML: its RecursionError, caught."""
     import overlay_manager.validation as v
+    import overlay_manager.validation.loading as loading
     if not libyaml:
-        monkeypatch.setattr(v, "_CLoader", None)
-    elif v._CLoader is None:
+        monkeypatch.setattr(loading, "_CLoader", None)
+    elif loading._CLoader is None:
         pytest.skip("PyYAML without libyaml")
     ok = "a: " + "[" * v.MAX_DEPTH + "]" * v.MAX_DEPTH + "\n"  # the mapping is one more level
     assert parse_yaml(ok.replace("a: ", "", 1), "f.yaml") is not None
