@@ -249,7 +249,11 @@ private:
             kv.second.next_lookup = now + ros::WallDuration(5.0);
         }
         const std::string path = pathOfHost(kv.second.host, own_host_, peers.get());
-        changed = changed || path != kv.second.path;
+        if (path != kv.second.path)
+        {
+          changed = true;
+          kv.second.observed_cap_kbps = kNaN;  // learnt on the old path
+        }
         kv.second.path = path;
         SubscriberView v;
         v.node = kv.first;
@@ -264,10 +268,12 @@ private:
       publishState();
   }
 
-  /// Per subscriber: bytes waiting in our TCP send buffer towards it (SIOCOUTQ on the socket of its
-  /// connection, found through this process's bus info). A backlog above ~max_backlog_ms of stream
-  /// lowers that subscriber's cap to 70 % of what the stream sends now; a drained queue lets the
-  /// cap grow 15 % per period until it no longer limits.
+  /// Per subscriber: bytes its TCP connection has not sent yet (SIOCOUTQNSD on the socket of its
+  /// connection, found through this process's bus info). Unsent bytes pile up only when the
+  /// connection cannot carry what the stream makes (bytes in flight on a long round trip do not
+  /// count: those are latency, not a lack of capacity). A backlog above ~max_backlog_ms of
+  /// stream lowers that subscriber's cap to 70 % of what the stream sends now; a drained queue
+  /// lets the cap grow 15 % per period until it no longer limits. A path change forgets the cap.
   void observeDelivery()
   {
     // This process's own getBusInfo (the XML-RPC call rosnode info makes), answered by roscpp's
@@ -294,7 +300,7 @@ private:
         continue;
       const int fd = socketOfTransportInfo(static_cast<std::string>(c[6]));
       int outq = 0;
-      if (fd >= 0 && ioctl(fd, SIOCOUTQ, &outq) == 0 && outq > 0)
+      if (fd >= 0 && ioctl(fd, SIOCOUTQNSD, &outq) == 0 && outq > 0)
       {
         uint32_t& b = backlog[static_cast<std::string>(c[1])];
         b = std::max(b, static_cast<uint32_t>(outq));

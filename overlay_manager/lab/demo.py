@@ -5,11 +5,13 @@
                                                       [--live 20] [--blocked 25] [--keep-logs]
 
 Steps (each narrated): a lab with two buildings behind NATs and Headscale; robot1 (building b1)
-runs robot.launch as the ROS master plus a 640x480 rgb8 camera at 30 Hz; the laptop (building b2)
-runs robot.launch; a live table of what the laptop's and robot1's overlay nodes report (path,
-endpoint, latency) and the camera rate the laptop receives; UDP blocked at b1's router: the path
-turns derp and the rate drops; unblocked: direct again. Everything is torn down at the end, also
-after Ctrl-C, SIGTERM or a failure (processes by pid, the run's namespaces).
+runs robot.launch as the ROS master (camera_topics:=/camera/image_raw: the link-aware encoder)
+plus a 640x480 rgb8 camera at 30 Hz; the laptop (building b2) runs robot.launch and the decoder
+of the link-aware stream; a live table of what the laptop's and robot1's overlay nodes report
+(path, endpoint, latency) and, side by side, the rate and latency the laptop receives of the raw
+topic and of the link-aware one; UDP blocked at b1's router: the path turns derp, the raw rate
+drops while the link-aware stream keeps its rate at a lower JPEG quality; unblocked: direct again.
+Everything is torn down at the end, also after Ctrl-C, SIGTERM or a failure (processes by pid, the run's namespaces).
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from .errors import LabError
 
 ROBOT, LAPTOP = "robot1", "laptop"
 CAMERA = "/camera/image_raw"
+DECODED = "/camera/image_decoded"  # the link-aware <CAMERA>/compressed, decoded on the laptop
 TICK_S = 2.0
 
 
@@ -46,6 +49,7 @@ class Demo:
         self._log = open(self.log_path, "a", encoding="utf-8")  # noqa: SIM115 - closed in run()
         self.lab: Optional[Lab] = None
         self.rec: Optional[robots.Recorder] = None
+        self.rec_la: Optional[robots.Recorder] = None  # the link-aware stream (decoded) on the laptop
         self.procs: List[Any] = []
         self.summary: Dict[str, Any] = {}
 
@@ -76,12 +80,15 @@ class Demo:
         self.say(f"    Headscale at {lab.server_url}; lab commands are logged to {self.log_path}")
 
         self.say("2/6 robot1 (b1): eval \"$(rosrun overlay_manager overlay_env --enrol --write-hosts)\" && "
-                 "roslaunch overlay_manager robot.launch   (it is the ROS master)")
-        self.procs.append(robots.start_robot(lab, ROBOT, master=True))
+                 f"roslaunch overlay_manager robot.launch camera_topics:={CAMERA}   (it is the ROS master; "
+                 "camera_topics starts the link-aware encoder)")
+        self.procs.append(robots.start_robot(lab, ROBOT, master=True, launch_args=[f"camera_topics:={CAMERA}"]))
         robots.peers(lab, ROBOT, timeout=90, node=node(ROBOT))
         self.say(f"    robot1 enrolled as {ROBOT}.{lab.spec.control.base_domain} ({lab.overlay_ip(ROBOT)}); "
-                 "starting its camera: 640x480 rgb8 sensor_msgs/Image at 30 Hz on /camera/image_raw")
-        self.procs.append(robots.start_camera(lab, ROBOT))
+                 "starting its camera: 640x480 rgb8 sensor_msgs/Image at 30 Hz on /camera/image_raw "
+                 "(textured: JPEG frames of about 30 KB, like a real camera)")
+        self.procs.append(robots.start_tool(lab, ROBOT, ["rosnodes", "camera", "--topic", CAMERA,
+                                                         "--pattern", "textured"], "camera"))
         self.say("    laptop (b2): the same two commands, with --wait-master 90")
         self.procs.append(robots.start_robot(lab, LAPTOP, master=False))
         robots.peers(lab, LAPTOP, min_peers=1, timeout=120, node=node(LAPTOP))
@@ -95,11 +102,18 @@ class Demo:
                  "both overlay nodes' ~peers and the frames the laptop receives:")
         self.rec = robots.Recorder(lab, LAPTOP, image=CAMERA, nodes=[node(LAPTOP), node(ROBOT)], name="demo")
         self.rec.wait("the first camera frame on the laptop", lambda ev: ev["ev"] == "frame", timeout=60)
+        self.say(f"    and to the link-aware {CAMERA}/compressed through `rosrun overlay_manager compressed_decoder "
+                 f"in:={CAMERA} out:={DECODED}` (JPEG, quality and rate fitted to the path)")
+        self.procs.append(lab.popen(LAPTOP, ["bash", "-c", f"{robots.overlay_env_line(lab, LAPTOP)} && exec rosrun "
+                                             f"overlay_manager compressed_decoder in:={CAMERA} out:={DECODED}"],
+                                    env=robots.ros_env(lab, LAPTOP), log=Path(lab.host_dir(LAPTOP)) / "decoder.log"))
+        self.rec_la = robots.Recorder(lab, LAPTOP, image=DECODED, name="demo_link_aware")
+        self.rec_la.wait("the first link-aware frame on the laptop", lambda ev: ev["ev"] == "frame", timeout=60)
         self.rec.wait("robot1's path on the laptop's node", lambda ev: ev["ev"] == "peers"
                       and ev["node"] == node(LAPTOP) and ROBOT in ev["paths"], timeout=30)
         self.header()
-        direct = self.live(self.live_s)
-        self.summary["direct_rate_hz"] = direct
+        direct, direct_la = self.live(self.live_s)
+        self.summary["direct_rate_hz"], self.summary["direct_link_aware_hz"] = direct, direct_la
 
         self.say("4/6 blocking UDP at building b1's router (nft: drop forwarded UDP both ways): "
                  "WireGuard over UDP is gone, tailscale falls back to the DERP relay over HTTPS")
@@ -113,8 +127,9 @@ class Demo:
             if paths.get(ROBOT, [""])[0] == "derp" and "t" not in derp_seen:
                 derp_seen["t"] = time.monotonic() - t_block
             return "t" in derp_seen and time.monotonic() - t_block >= derp_seen["t"] + 12
-        derp_rate = self.live(self.blocked_s, until=on_tick, rate_from=lambda: t_block + derp_seen.get("t", 1e9))
-        self.summary["derp_rate_hz"] = derp_rate
+        derp_rate, derp_la = self.live(self.blocked_s, until=on_tick,
+                                       rate_from=lambda: t_block + derp_seen.get("t", 1e9))
+        self.summary["derp_rate_hz"], self.summary["derp_link_aware_hz"] = derp_rate, derp_la
 
         self.say("5/6 unblocking UDP at b1: tailscale finds the direct path again")
         t_unblock = time.monotonic()
@@ -139,31 +154,40 @@ class Demo:
         self.summary["derp_after_s"] = to_derp[0] if to_derp else derp_seen.get("t")
         self.summary["direct_again_after_s"] = to_direct[0] if to_direct else direct_seen.get("t")
         s = self.summary
-        self.say(f"    summary: camera on the laptop {s['direct_rate_hz']:.1f} Hz direct, "
-                 f"{s['derp_rate_hz']:.1f} Hz relayed through DERP; derp reported "
+        self.say(f"    summary: raw camera on the laptop {s['direct_rate_hz']:.1f} Hz direct, "
+                 f"{s['derp_rate_hz']:.1f} Hz relayed through DERP; link-aware {s['direct_link_aware_hz']:.1f} Hz "
+                 f"direct, {s['derp_link_aware_hz']:.1f} Hz relayed (here both streams share the one relayed "
+                 "tunnel and the raw one floods it; alone on derp the link-aware stream keeps 30 Hz, see "
+                 "docs/bench.md); derp reported "
                  f"{_fmt_s(s.get('derp_after_s'))} after blocking UDP, direct again "
                  f"{_fmt_s(s.get('direct_again_after_s'))} after unblocking")
 
     def header(self) -> None:
         print(f"    {'time':>6}  {'node':<7} {'peer':<7} {'path':<7} {'via':<22} {'ping rtt':>9}   "
-              "camera received on the laptop (last 2 s)", flush=True)
+              "camera received on the laptop (last 2 s): raw | link-aware", flush=True)
 
     def live(self, seconds: float, until: Optional[Callable[[Dict[str, Any]], bool]] = None,
-             rate_from: Optional[Callable[[], float]] = None) -> float:
+             rate_from: Optional[Callable[[], float]] = None) -> tuple:
         """Print the table every TICK_S for up to ``seconds`` (or until ``until(paths)``); returns
-        the mean camera rate over the ticks after ``rate_from()`` (default: all ticks)."""
-        assert self.rec is not None
+        the mean raw and link-aware camera rates over the ticks after ``rate_from()`` (default: all)."""
+        assert self.rec is not None and self.rec_la is not None
         end = time.monotonic() + seconds
         rates: List[tuple] = []
+
+        def stream(rec: robots.Recorder, now: float) -> tuple:
+            rec.read()
+            frames = rec.frames(now - TICK_S, now)
+            rate = len(frames) / TICK_S
+            lats = [f["lat_ms"] for f in frames if f.get("lat_ms") is not None]
+            return rate, (f"{rate:5.1f} Hz, latency {percentile(lats, 50):6.1f} ms" if lats else f"{rate:5.1f} Hz")
+
         while time.monotonic() < end:
             time.sleep(TICK_S)
-            self.rec.read()
             now = time.monotonic()
-            frames = self.rec.frames(now - TICK_S, now)
-            rate = len(frames) / TICK_S
-            rates.append((now, rate))
-            lats = [f["lat_ms"] for f in frames if f.get("lat_ms") is not None]
-            cam = f"{rate:5.1f} Hz, latency {percentile(lats, 50):6.1f} ms" if lats else f"{rate:5.1f} Hz"
+            rate, cam_raw = stream(self.rec, now)
+            rate_la, cam_la = stream(self.rec_la, now)
+            rates.append((now, rate, rate_la))
+            cam = f"{cam_raw} | {cam_la}"
             views = {}
             for who, peer in ((LAPTOP, ROBOT), (ROBOT, LAPTOP)):
                 ev = next((e for e in reversed(self.rec.events) if e["ev"] == "peers" and e["node"] == node(who)
@@ -176,14 +200,15 @@ class Demo:
             if until is not None and until(views.get(LAPTOP, {})):
                 break
         start = rate_from() if rate_from else 0.0
-        used = [r for t, r in rates if t - TICK_S >= start] or [r for _, r in rates]
-        return summary(used)["mean"] if used else 0.0
+        used = [r for r in rates if r[0] - TICK_S >= start] or rates
+        return tuple(summary([r[i] for r in used])["mean"] if used else 0.0 for i in (1, 2))
 
     def teardown(self) -> None:
         """Always: stop the recorder and ROS processes by pid, unblock, take the lab down."""
         self.say("6/6 tearing down: ROS processes (by pid), tailscaled, Headscale, the run's namespaces")
-        if self.rec is not None:
-            _quietly(self.rec.stop)
+        for rec in (self.rec, self.rec_la):
+            if rec is not None:
+                _quietly(rec.stop)
         if self.lab is not None:
             for p in reversed(self.procs):
                 _quietly(lambda p=p: robots.stop(self.lab, p))
