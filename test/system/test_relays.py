@@ -57,10 +57,14 @@ def _peers_where(lab: Any, host: str, peer: str, path: str, timeout: float) -> D
     return next(p for p in res["peers"][node(host)]["peers"] if p["name"] == peer)
 
 
-def _measure(lab: Any, src: str, dst: str) -> Dict[str, Any]:
-    """iperf3 (3 s TCP) + ping from src's node to dst's iperf3 server, over the overlay."""
-    return robots.call(lab, src, f"{node(src)}/measure_link", "overlay_manager/MeasureLink", timeout=60,
-                       peer=dst, duration=3.0, udp_bitrate=10.0)
+def _measure(lab: Any, src: str, dst: str, runs: int = 2) -> Dict[str, Any]:
+    """iperf3 (3 s TCP) + ping from src's node to dst's iperf3 server, over the overlay: the best
+    of ``runs`` (the same for every path, so a moment of load on the 2 shared cores does not
+    decide the comparison)."""
+    results = [robots.call(lab, src, f"{node(src)}/measure_link", "overlay_manager/MeasureLink", timeout=60,
+                           peer=dst, duration=3.0, udp_bitrate=10.0) for _ in range(runs)]
+    ok = [r for r in results if r["ok"]] or results
+    return max(ok, key=lambda r: r["tcp_throughput_mbps"])
 
 
 @pytest.fixture(scope="module")
