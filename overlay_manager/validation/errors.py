@@ -133,11 +133,11 @@ class ConfigError(ValueError):
 
     def __init__(self, source: Any, key: str, problem: str, *, host: str = "") -> None:
         self.source = str(source)
-        self.key = key
+        self.key = redact(key)  # a key pasted as a mapping key is still a key
         self.problem = redact(" ".join(str(problem).split()))[:PROBLEM_CHARS]
         self.host = host
         shown = self.source if self.source.isprintable() else shorten(self.source, 200)
-        text = f"{shown}: {key}: {self.problem}"
+        text = f"{shown}: {self.key}: {self.problem}"
         if host:
             text += f" (host {shorten(host, 70)})"
         super().__init__(text)

@@ -510,3 +510,11 @@ def test_master_parameter_override_is_validated(tmp_path: Path) -> None:
         with pytest.raises(ConfigError) as info:
             override_master(cfg, bad, "/n params")
         check_message(info.value, "/n params", "master", "")
+
+
+@pytest.mark.parametrize("loader", sorted(LOADERS))
+def test_secret_pasted_as_a_key_is_redacted(tmp_path: Path, loader: str) -> None:
+    path = _write(tmp_path, f"{SECRET}: 1\n{HEX_SECRET}: 2\n".encode())
+    with pytest.raises(ConfigError) as info:
+        LOADERS[loader](str(path))
+    check_message(info.value, path, "<redacted>", "unknown key")
