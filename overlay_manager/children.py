@@ -81,11 +81,13 @@ def _signal(proc: subprocess.Popen, sig: int) -> None:
             pass
 
 
-def stop(proc: subprocess.Popen, grace_s: float = 2.0) -> None:
-    """SIGTERM, wait up to grace_s seconds, then SIGKILL; always reaps and forgets the child."""
+def stop(proc: subprocess.Popen, grace_s: float = 2.0, sig: int = signal.SIGTERM) -> None:
+    """``sig`` (SIGTERM; SIGINT for roslaunch, which then stops its nodes), wait up to grace_s
+    seconds, then SIGKILL; always reaps and forgets the child. Signals go to the child's process
+    group when it leads one."""
     try:
         if proc.poll() is None:
-            _signal(proc, signal.SIGTERM)
+            _signal(proc, sig)
             try:
                 proc.wait(grace_s)
             except subprocess.TimeoutExpired:

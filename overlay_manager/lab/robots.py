@@ -13,13 +13,14 @@ from __future__ import annotations
 
 import json
 import shlex
+import signal
 import subprocess
 import sys
-import time
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence
 
+from .. import children
 from ..waiting import tail
 from .core import Lab
 from .errors import LabError
@@ -160,16 +161,7 @@ class Recorder:
 
     def stop(self) -> None:
         """Stop the recorder (SIGTERM to its process group, by pid) and read what is left."""
-        import os
-        import signal
-        if self.proc.poll() is None:
-            try:
-                os.killpg(self.proc.pid, signal.SIGTERM)
-                self.proc.wait(10)
-            except ProcessLookupError:
-                pass
-            except subprocess.TimeoutExpired:
-                stop(self.lab, self.proc)
+        children.stop(self.proc, 10.0, signal.SIGTERM)
         self.read()
 
 
@@ -266,21 +258,6 @@ def status(lab: Lab, host: str, where: str = "", timeout: float = 60.0,
 
 
 def stop(lab: Lab, proc: subprocess.Popen, timeout: float = 15.0) -> None:
-    """Stop a roslaunch started by start_robot (SIGINT to its group, then SIGKILL), by pid."""
-    import os
-    import signal
-    if proc.poll() is not None:
-        return
-    try:
-        os.killpg(proc.pid, signal.SIGINT)
-    except ProcessLookupError:
-        return
-    deadline = time.monotonic() + timeout
-    while proc.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.2)
-    if proc.poll() is None:
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        proc.wait(5)
+    """Stop a process started on a lab host (e.g. a roslaunch of start_robot), by pid: SIGINT
+    to its process group (roslaunch then stops its nodes), SIGKILL after ``timeout`` seconds."""
+    children.stop(proc, timeout, signal.SIGINT)

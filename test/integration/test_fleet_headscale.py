@@ -20,7 +20,6 @@ import dataclasses
 import json
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -35,7 +34,7 @@ import yaml
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
-from overlay_manager import waiting  # noqa: E402
+from overlay_manager import children, waiting  # noqa: E402
 from overlay_manager.fleet import deploy as deploy_mod  # noqa: E402
 from overlay_manager.fleet.bundle import read_key_record, write_bundle  # noqa: E402
 from overlay_manager.fleet.config import FleetConfig, FleetError, load_fleet  # noqa: E402
@@ -64,14 +63,8 @@ def free_port(kind: int = socket.SOCK_STREAM) -> int:
 
 
 def stop(proc: subprocess.Popen, timeout: float = 10.0) -> None:
-    """End ``proc`` (started by this test) by its pid: SIGTERM, then SIGKILL."""
-    if proc.poll() is None:
-        os.kill(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            os.kill(proc.pid, signal.SIGKILL)
-            proc.wait(timeout)
+    """End ``proc`` (started by this test) by its pid: SIGTERM, then SIGKILL (children.stop)."""
+    children.stop(proc, timeout)
 
 
 @dataclass

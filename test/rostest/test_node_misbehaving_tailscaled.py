@@ -25,7 +25,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "unit"))
 from tsfake import FakeTailscaled  # noqa: E402
 
-from overlay_manager import waiting  # noqa: E402
+from overlay_manager import children, waiting  # noqa: E402
 
 pytestmark = pytest.mark.skipif(shutil.which("roscore") is None, reason="ROS not installed (scripts/setup)")
 
@@ -48,13 +48,8 @@ def _wait(what, check, timeout, detail=lambda: ""):
 
 
 def _stop(proc, grace=10.0):
-    if proc.poll() is None:
-        os.killpg(proc.pid, signal.SIGINT)
-        try:
-            proc.wait(grace)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(5)
+    """SIGINT to the process group (roslaunch stops its nodes), SIGKILL after grace seconds."""
+    children.stop(proc, grace, signal.SIGINT)
 
 
 class Rig:
