@@ -95,7 +95,7 @@ def test_bus_slows_the_poll_and_changes_are_read_at_once(master, tmp_path):
         wait_for("the node's first status reads", lambda: _count(fake, STATUS) >= 2, 30, detail=lambda: tail(log))
         rate = _rate(fake, 6.0)
         print(f"status reads with the bus open: {rate:.2f} /s")
-        assert 0.3 <= rate <= 0.9, f"expected about 0.5 status reads/s (bus_poll_rate) with the bus open, got {rate:.2f}"
+        assert 0.3 <= rate <= 0.9, f"expected about 0.5 status reads/s (bus_poll_rate) with the bus, got {rate:.2f}"
         delays = []
         for i in range(6):
             time.sleep(0.3 + 0.31 * i)  # land at different points of the 2 s poll period
