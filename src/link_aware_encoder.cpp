@@ -16,9 +16,10 @@
 //   * frame thread (the nodelet's single-threaded queue): image callback. Takes mutex_ only to read
 //     the decision and to record the encoded size; encodes and publishes without it.
 //   * control thread (own queue + one-thread AsyncSpinner): connect/disconnect callbacks, ~peers,
-//     the state timer. It does the blocking work (master lookupNode, bus info, ioctl), all without
-//     mutex_, and then swaps results in under mutex_. Nothing logs or calls the master while
-//     holding mutex_.
+//     the state timer. It does the blocking work (master lookupNode and (un)subscribing, bus info,
+//     ioctl), all without mutex_, and then swaps results in under mutex_. Nothing logs or calls
+//     the master while holding mutex_. A master that hangs stalls this thread (stream_state
+//     stops), never the frames: they flow on the frame thread with the last decision.
 #include "overlay_manager/image_codec.h"
 #include "overlay_manager/stream_policy.h"
 #include "overlay_manager/subscriber_hosts.h"
@@ -39,6 +40,7 @@
 #include <sys/ioctl.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <map>
@@ -170,6 +172,8 @@ private:
   }
 
   /// Subscribe to the raw topic while the output has subscribers, unsubscribe when it has none.
+  /// Control thread only; subscribe/shutdown talk to the master, so nothing that reporting needs
+  /// is held meanwhile (publishState reads input_subscribed_).
   void updateInput()
   {
     const bool want = pub_.getNumSubscribers() > 0;
@@ -178,12 +182,14 @@ private:
     {
       // frames come on the nodelet's own queue, not the control thread's
       image_sub_ = getNodeHandle().subscribe(in_topic_, 1, &LinkAwareEncoder::onImage, this);
+      input_subscribed_ = true;
       NODELET_DEBUG("subscribed to %s", in_topic_.c_str());
     }
     else if (!want && image_sub_)
     {
       image_sub_.shutdown();
       image_sub_ = ros::Subscriber();
+      input_subscribed_ = false;
       NODELET_DEBUG("unsubscribed from %s", in_topic_.c_str());
     }
   }
@@ -384,10 +390,7 @@ private:
         st.subscribers.push_back(s);
       }
     }
-    {
-      std::lock_guard<std::mutex> lock(input_mutex_);
-      st.input_subscribed = static_cast<bool>(image_sub_);
-    }
+    st.input_subscribed = input_subscribed_.load();
     state_pub_.publish(st);
   }
 
@@ -454,8 +457,9 @@ private:
   ros::WallTimer timer_;
   ImageEncoder encoder_;  ///< frame thread only
 
-  std::mutex input_mutex_;   ///< guards image_sub_
+  std::mutex input_mutex_;   ///< guards image_sub_ (control thread only; held during master calls)
   ros::Subscriber image_sub_;
+  std::atomic<bool> input_subscribed_{false};  ///< image_sub_ is live, for reporting without input_mutex_
 
   std::mutex mutex_;  ///< guards everything below
   StreamPolicy policy_;
