@@ -321,6 +321,10 @@ class OverlayMonitor:
             if res.changed:
                 note = res.message
         except TailscaleError as exc:
+            if self.cfg.relay is None:
+                # not a relay host: the poll thread reports an unreachable tailscaled
+                self.relay_state = RelayServerState()
+                return ""
             self.relay_state = RelayServerState(error=f"cannot set the peer relay server: {exc}")
             return self.relay_state.error
         if self.cfg.relay is None:

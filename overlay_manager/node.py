@@ -283,7 +283,7 @@ class OverlayNode:
         """overlay-relay: relay server as configured (on/off), then its port and sessions."""
         note = self.m.refresh_relay()
         if note and note != self._relay_note:
-            self.log(WARN if "cannot" in note else INFO, f"overlay_manager: {note}")
+            self.log(WARN if self.m.relay_state.error else INFO, f"overlay_manager: {note}")
         self._relay_note = note
         self.reporter.wake()
 

@@ -254,6 +254,12 @@ def test_monitor_relay_failure_is_reported_not_raised() -> None:
     note = m.refresh_relay()
     assert note.startswith("cannot set the peer relay server") and "relay server feature" in note
     assert m.relay_diagnostic().level == WARN
+    # tailscaled down: a relay host says so; any other machine has no "peer relay" entry at all
+    down = LocalAPI(transport=lambda m_, p_, b_, t_: (_ for _ in ()).throw(TailscaleError("no socket")))
+    relay_host = OverlayMonitor(_robot_cfg({}), down)
+    assert "no socket" in relay_host.refresh_relay() and relay_host.relay_diagnostic().level == WARN
+    robot = OverlayMonitor(_robot_cfg(None), down)
+    assert robot.refresh_relay() == "" and robot.relay_diagnostic() is None
 
 
 def test_wait_for_peer_accepts_peer_relay_only_when_asked() -> None:
