@@ -80,7 +80,7 @@ def _print_status(s: dict) -> None:
     headscale = f"running pid {hs['pid']}" if hs and hs["alive"] else "stopped"
     print(f"  control   {s['control']['namespace']:<24} {s['control']['address']:<15} headscale {headscale}")
     for name, b in s["buildings"].items():
-        flags = [f for f in ("udp_blocked", "cut") if b.get(f)]
+        flags = [f for f in ("udp_blocked", "cut", "udp_servers_only") if b.get(f)]
         print(f"  building  {b['namespace']:<24} {b['public_address']:<15} {name}: NAT {b['nat']}, "
               f"LAN {b['lan']}" + (f" [{', '.join(flags)}]" if flags else ""))
     for name, h in s["hosts"].items():
