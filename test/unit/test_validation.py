@@ -419,7 +419,7 @@ def _mutants(base: Any, rnd: Any, n: int) -> Any:
             if r < 0.7:
                 cur[p[-1]] = rnd.choice(MUTANTS)
             elif isinstance(cur, dict) and r < 0.85:
-                cur[rnd.choice([0, 1.5, "zzz", "node", "teams"])] = rnd.choice(MUTANTS)
+                cur[rnd.choice([0, 1.5, "zzz", "node", "teams", SECRET])] = rnd.choice(MUTANTS)
             elif isinstance(cur, dict):
                 del cur[p[-1]]
         yield d
