@@ -417,9 +417,9 @@ def _mutants(base: Any, rnd: Any, n: int) -> Any:
                 cur = cur[k]
             r = rnd.random()
             if r < 0.7:
-                cur[p[-1]] = rnd.choice(MUTANTS)
+                cur[p[-1]] = copy.deepcopy(rnd.choice(MUTANTS))
             elif isinstance(cur, dict) and r < 0.85:
-                cur[rnd.choice([0, 1.5, "zzz", "node", "teams", SECRET])] = rnd.choice(MUTANTS)
+                cur[rnd.choice([0, 1.5, "zzz", "node", "teams", SECRET])] = copy.deepcopy(rnd.choice(MUTANTS))
             elif isinstance(cur, dict):
                 del cur[p[-1]]
         yield d
