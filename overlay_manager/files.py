@@ -88,6 +88,30 @@ def open_locked_tmp(tmp: str, mode: int) -> int:
         os.close(fd)
 
 
+def remove_stale_tmp(path: PathLike) -> None:
+    """Remove path's temporary file left by a killed writer (one a live writer holds locked is
+    left alone)."""
+    tmp = tmp_path_for(path)
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
+    except OSError:
+        return
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return  # a writer is filling it right now
+        st = os.fstat(fd)
+        try:
+            now = os.stat(tmp, follow_symlinks=False)
+        except FileNotFoundError:
+            return
+        if (now.st_dev, now.st_ino) == (st.st_dev, st.st_ino):
+            os.unlink(tmp)
+    finally:
+        os.close(fd)
+
+
 def atomic_write(path: PathLike, data: bytes, mode: int = 0o644, only_if_changed: bool = False) -> bool:
     """Replace path with data by rename (see the module doc); True when the file was written.
 
@@ -115,6 +139,7 @@ def atomic_write(path: PathLike, data: bytes, mode: int = 0o644, only_if_changed
             if same:
                 if os.stat(path).st_mode & 0o7777 != mode:
                     os.chmod(path, mode)
+                remove_stale_tmp(path)
                 return False
         except OSError:
             pass
@@ -234,14 +259,20 @@ def _parse_journal(data: bytes) -> Optional[Tuple[bytes, bytes]]:
 
 
 def _torn(cur: bytes, old: bytes, new: bytes, pad: bytes = b"\n") -> bool:
-    """True when cur is what a write of new over old, stopped part-way, can leave:
-    W[:p] + old[p:] with W = new padded to old's length (see :func:`_padded`)."""
+    """True when cur can be what writing new over old (W = new padded to old's length, see
+    :func:`_padded`) leaves when stopped part-way or cut by a power loss: every byte is W's or
+    old's at that position (pages and sectors may land in any order), or zero where the file
+    grew, and the length lies between the shortest and the longest of old, W and new. An edit
+    by someone else almost never fits."""
     w = _padded(old, new, pad)
-    p = 0
-    limit = min(len(cur), len(w))
-    while p < limit and cur[p] == w[p]:
-        p += 1
-    return len(cur) == max(len(old), p) and cur[p:] == old[p:]
+    if not min(len(old), len(new)) <= len(cur) <= max(len(old), len(w)):
+        return False
+    n_w, n_old = len(w), len(old)
+    for i, c in enumerate(cur):
+        if (i < n_w and c == w[i]) or (i < n_old and c == old[i]) or (i >= n_old and c == 0):
+            continue
+        return False
+    return True
 
 
 def _in_place(fd: int, old: bytes, new: bytes, pad: bytes = b"\n") -> None:
@@ -309,6 +340,7 @@ def update_file(path: PathLike, make: Callable[[bytes], bytes], pad: bytes = b"\
     try:
         jpath = journal_path(real, os.fstat(fd))
         _recover(fd, jpath, pad)
+        remove_stale_tmp(real)
         old = _read_fd(fd)
         new = make(old)
         if new == old:

@@ -136,15 +136,16 @@ def record_calls(path: str, entries: Sequence[H.Entry]) -> List[str]:
     return json.loads(data)
 
 
-def scenario(path: str, old: bytes, new_entries: Sequence[H.Entry], keep: Sequence[str],
+def scenario(path: str, old_entries: Sequence[H.Entry], new_entries: Sequence[H.Entry], keep: Sequence[str],
              views: Sequence[str] = (), same_inode: bool = False) -> Dict[str, object]:
     """Kill the update old -> new at every step (and torn inside every pwrite); returns
-    {"calls": [...], "steps": N, "torn": M, "failures": [...]}.
+    {"calls": [...], "steps": N, "torn": M, "failures": [...]}. When the kill left the old
+    content, an update asking for the old content again (a no-op) must also leave nothing behind.
 
     views: other paths that must show the same content afterwards (a bind mount's other side).
     same_inode: the update must keep path's inode.
     """
-    new = content(new_entries)
+    old, new = content(old_entries), content(new_entries)
     failures: List[str] = []
     directory = os.path.dirname(path)
     reset(path, old)
@@ -162,6 +163,14 @@ def scenario(path: str, old: bytes, new_entries: Sequence[H.Entry], keep: Sequen
         if cut is None and mid not in (old, new, new + b"\n" * (len(old) - len(new))):
             failures.append(f"{label}: after the kill the file is neither old, new nor new + blank lines: "
                             f"{mid[-120:]!r}")
+        if mid == old:
+            try:
+                H.update_hosts_file(path, old_entries)
+            except Exception as exc:  # noqa: BLE001 - recorded as a failure
+                failures.append(f"{label}: the no-op update failed: {exc}")
+            if _read(path) != old or leftovers(directory, keep):
+                failures.append(f"{label}: the no-op update changed the file or left "
+                                f"{leftovers(directory, keep)}")
         try:
             H.update_hosts_file(path, new_entries)
         except Exception as exc:  # noqa: BLE001 - recorded as a failure
@@ -221,7 +230,10 @@ def random_kills(path: str, keep: Sequence[str], kills: int = 100, seed: int = 1
             continue
         kind = clean.get(_read(path), "torn")
         mid_counts[kind] = mid_counts.get(kind, 0) + 1
-        want = FEW + OWN if i % 2 else MANY + OWN
+        # every other time the next update asks for what the file already holds (a no-op that
+        # must still clean up), otherwise for the other content
+        same = MANY + OWN if kind == "long" else FEW + OWN
+        want = same if i % 2 else (FEW + OWN if same == MANY + OWN else MANY + OWN)
         try:
             H.update_hosts_file(path, want)
         except Exception as exc:  # noqa: BLE001 - recorded as a failure
@@ -245,7 +257,7 @@ def bind_case(which: str, directory: str) -> Dict[str, object]:
     subprocess.run(["mount", "--bind", src, dst], check=True)
     try:
         out: Dict[str, object] = {}
-        for label, old, new in (("shrink", content(MANY + OWN), FEW + OWN), ("grow", content(FEW + OWN), MANY + OWN)):
+        for label, old, new in (("shrink", MANY + OWN, FEW + OWN), ("grow", FEW + OWN, MANY + OWN)):
             path, other = (dst, src) if which == "target" else (src, dst)
             res = scenario(path, old, new, keep=["netns-hosts", "etc-hosts"], views=[other], same_inode=True)
             out[label] = res

@@ -106,3 +106,28 @@ def test_update_file_creates_a_missing_file_and_renames_a_plain_one(tmp_path):
     assert files.update_file(p, lambda old: old + b"y") is True
     assert p.read_bytes() == b"xy" and os.stat(p).st_ino != ino
     assert stat.S_IMODE(os.stat(p).st_mode) == 0o600
+
+
+def test_leftover_temp_is_removed_even_when_nothing_changes(tmp_path):
+    p = tmp_path / "f"
+    files.atomic_write(p, b"same", 0o644)
+    tmp = files.tmp_path_for(p)
+    with open(tmp, "wb") as fh:
+        fh.write(b"left by a killed writer")
+    assert files.atomic_write(p, b"same", 0o644, only_if_changed=True) is False
+    assert _leftovers(tmp_path) == []
+    with open(tmp, "wb") as fh:
+        fh.write(b"left by a killed writer")
+    assert files.update_file(p, lambda old: old) is False
+    assert _leftovers(tmp_path) == [] and p.read_bytes() == b"same"
+    # ...but not while a live writer holds it
+    import fcntl
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        files.remove_stale_tmp(p)
+        assert _leftovers(tmp_path) == [os.path.basename(tmp)]
+    finally:
+        os.close(fd)
+    files.remove_stale_tmp(p)
+    assert _leftovers(tmp_path) == []

@@ -181,6 +181,17 @@ def test_leftover_journal_with_torn_file_is_finished(tmp_path):
     F._write_journal(F.journal_path(str(p), os.stat(p)), old, new)
     assert H.update_hosts_file(str(p), K.FEW) is True
     assert p.read_bytes() == new and os.listdir(tmp_path) == ["hosts"]
+    # a power loss: sectors of the one write landed out of order (and past the old end: zeros)
+    grown = K.content(K.MANY + K.OWN)
+    padded = new + b"\n" * (len(old) - len(new))
+    shrink = bytes(padded[i] if (i // 512) % 2 else old[i] for i in range(len(old)))
+    grow = bytes(grown[i] if (i // 512) % 2 == 0 else (old[i] if i < len(old) else 0) for i in range(len(grown)))
+    for cur, after, entries in ((shrink, new, K.FEW), (grow, grown, K.MANY + K.OWN)):
+        p.write_bytes(cur)
+        F._write_journal(F.journal_path(str(p), os.stat(p)), old, after)
+        H.update_hosts_file(str(p), entries)
+        assert p.read_bytes() == after
+        assert os.listdir(tmp_path) == ["hosts"]
 
 
 def test_torn_journal_is_discarded_and_edited_file_is_not_replayed(tmp_path):
@@ -240,8 +251,7 @@ def test_concurrent_updaters_take_turns(tmp_path):
 def test_sigkill_at_every_step_then_next_update_repairs(tmp_path, monkeypatch, in_place, change):
     if in_place:  # the path a bind-mounted file takes (the real mounts: test/integration)
         monkeypatch.setattr(F, "keeps_inode", lambda real, st: True)
-    old, new = (K.content(K.MANY + K.OWN), K.FEW + K.OWN) if change == "shrink" else \
-        (K.content(K.FEW + K.OWN), K.MANY + K.OWN)
+    old, new = (K.MANY + K.OWN, K.FEW + K.OWN) if change == "shrink" else (K.FEW + K.OWN, K.MANY + K.OWN)
     p = str(tmp_path / "hosts")
     r = K.scenario(p, old, new, keep=["hosts"], same_inode=in_place)
     print(f"{'in-place' if in_place else 'rename'} {change}: killed at {r['steps']} steps {r['calls']}, "
