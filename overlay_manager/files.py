@@ -21,6 +21,7 @@ import errno
 import fcntl
 import hashlib
 import os
+import time
 from typing import Callable, Optional, Tuple, Union
 
 from .mounts import bind_mounted, bind_source
@@ -28,6 +29,9 @@ from .mounts import bind_mounted, bind_source
 PathLike = Union[str, "os.PathLike[str]"]
 
 TMP_SUFFIX = ".overlay_manager-tmp"
+LOCK_TIMEOUT_S = 5.0
+"""Seconds a writer waits for another writer of the same file (whose update takes milliseconds)
+before giving up with an error, so a hung writer elsewhere never hangs this one."""
 JOURNAL_SUFFIX = ".overlay_manager-journal"
 _JOURNAL_MAGIC = b"overlay_manager journal 1"
 
@@ -65,6 +69,25 @@ def write_all(fd: int, data: bytes, offset: int = 0) -> None:
         done += n
 
 
+def lock(fd: int, what: str, timeout_s: Optional[float] = None) -> None:
+    """Take an exclusive flock on fd, waiting at most timeout_s seconds (None: LOCK_TIMEOUT_S).
+
+    Raises:
+        OSError: (ETIMEDOUT) another process held the lock for the whole time; names what.
+    """
+    timeout_s = LOCK_TIMEOUT_S if timeout_s is None else timeout_s
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                raise OSError(errno.ETIMEDOUT, f"another writer has held the lock on {what} for "
+                                               f"{timeout_s:g} s", what) from None
+            time.sleep(0.01)
+
+
 def open_locked_tmp(tmp: str, mode: int) -> int:
     """Open (create) tmp with an exclusive flock, making sure the name still refers to it.
 
@@ -74,7 +97,7 @@ def open_locked_tmp(tmp: str, mode: int) -> int:
     while True:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, mode & 0o777)
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
+            lock(fd, tmp)
             st = os.fstat(fd)
             try:
                 now = os.stat(tmp, follow_symlinks=False)
@@ -190,7 +213,7 @@ def _open_locked(real: str) -> Optional[int]:
         except FileNotFoundError:
             return None
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
+            lock(fd, real)
             st = os.fstat(fd)
             try:
                 now = os.stat(real)

@@ -131,3 +131,21 @@ def test_leftover_temp_is_removed_even_when_nothing_changes(tmp_path):
         os.close(fd)
     files.remove_stale_tmp(p)
     assert _leftovers(tmp_path) == []
+
+
+def test_a_writer_holding_the_lock_too_long_is_an_error_not_a_hang(tmp_path, monkeypatch):
+    import fcntl
+    import time
+    p = tmp_path / "hosts"
+    p.write_bytes(b"x")
+    monkeypatch.setattr(files, "LOCK_TIMEOUT_S", 0.3)
+    holder = os.open(p, os.O_RDWR)
+    try:
+        fcntl.flock(holder, fcntl.LOCK_EX)
+        t0 = time.monotonic()
+        with pytest.raises(OSError, match="another writer has held the lock on .*hosts"):
+            files.update_file(p, lambda old: old + b"y")
+        assert 0.25 < time.monotonic() - t0 < 3
+    finally:
+        os.close(holder)
+    assert files.update_file(p, lambda old: old + b"y") is True and p.read_bytes() == b"xy"
