@@ -3,9 +3,11 @@
     eval "$(rosrun overlay_manager overlay_env --config robot.yaml)"
 
 prints ``export ROS_HOSTNAME=<this machine's overlay name>``, ``export
-ROS_MASTER_URI=http://<master's overlay name>:<port>`` and ``unset ROS_IP``. It needs only the
-config (overlay name = <hostname>.<base_domain>), so it works before the node runs. Options can
-enrol the machine, write the managed hosts block and wait for the master first.
+ROS_MASTER_URI=http://<master's overlay name>:<port>``, ``unset ROS_IP``, ``export
+OVERLAY_MANAGER_HOST=<short name>`` and, when tailscaled was asked (--enrol or --write-hosts),
+``export OVERLAY_MANAGER_ADDRESS=<overlay IPv4 address>``. It needs only the config (overlay name
+= <hostname>.<base_domain>), so it works before the node runs. Options can enrol the machine,
+write the managed hosts block and wait for the master first.
 
 ``--env-file FILE`` writes the same variables as a systemd EnvironmentFile instead (``KEY=value``
 lines, no ``export``/``unset``; systemd rejects those), replacing FILE atomically. Exit status is
@@ -41,6 +43,9 @@ class RosEnv:
 
     ros_master_uri: str   # http://<master FQDN>:<port>
     ros_hostname: str     # this machine's FQDN
+    # this machine's overlay IPv4 address when tailscaled was asked ("" = unknown); robot.launch
+    # binds rosbridge to it (the own name may resolve to loopback through the hosts block)
+    overlay_address: str = ""
 
     @property
     def short_name(self) -> str:
@@ -49,8 +54,11 @@ class RosEnv:
 
     def variables(self) -> List[Tuple[str, str]]:
         """(name, value) of every variable set for ROS, in output order."""
-        return [("ROS_HOSTNAME", self.ros_hostname), ("ROS_MASTER_URI", self.ros_master_uri),
-                ("OVERLAY_MANAGER_HOST", self.short_name)]
+        out = [("ROS_HOSTNAME", self.ros_hostname), ("ROS_MASTER_URI", self.ros_master_uri),
+               ("OVERLAY_MANAGER_HOST", self.short_name)]
+        if self.overlay_address:
+            out.append(("OVERLAY_MANAGER_ADDRESS", self.overlay_address))
+        return out
 
     def environment_file(self) -> str:
         """A systemd EnvironmentFile (KEY=value lines). ROS_IP cannot be unset here: ROS_HOSTNAME
@@ -64,7 +72,9 @@ class RosEnv:
         return (f"export ROS_HOSTNAME={shlex.quote(self.ros_hostname)}\n"
                 f"export ROS_MASTER_URI={shlex.quote(self.ros_master_uri)}\n"
                 "unset ROS_IP\n"
-                f"export OVERLAY_MANAGER_HOST={shlex.quote(self.short_name)}\n")
+                f"export OVERLAY_MANAGER_HOST={shlex.quote(self.short_name)}\n"
+                + (f"export OVERLAY_MANAGER_ADDRESS={shlex.quote(self.overlay_address)}\n"
+                   if self.overlay_address else ""))
 
 
 _SYSTEMD_BARE = re.compile(r"^[A-Za-z0-9_.:/@%+,=-]*$")
@@ -85,10 +95,12 @@ def write_env_file(path: str, env: RosEnv) -> bool:
     return write_atomic(Path(path), env.environment_file(), 0o644)
 
 
-def compute_env(cfg: RobotConfig, self_dns_name: str = "") -> RosEnv:
-    """ROS env for cfg. self_dns_name (from tailscaled, when known) wins over the computed name."""
+def compute_env(cfg: RobotConfig, self_dns_name: str = "", overlay_address: str = "") -> RosEnv:
+    """ROS env for cfg. self_dns_name (from tailscaled, when known) wins over the computed name;
+    overlay_address (from tailscaled) is exported when known."""
     host = self_dns_name.rstrip(".") or cfg.fqdn
-    return RosEnv(ros_master_uri=f"http://{cfg.master_fqdn}:{cfg.master_port}", ros_hostname=host)
+    return RosEnv(ros_master_uri=f"http://{cfg.master_fqdn}:{cfg.master_port}", ros_hostname=host,
+                  overlay_address=overlay_address)
 
 
 def resolve(name: str) -> List[str]:
@@ -124,9 +136,9 @@ def _err(msg: str) -> None:
 
 
 def _enrol_and_write_hosts(cfg: RobotConfig, enrol: bool, write_hosts: bool, quiet: bool = False,
-                           reauth: bool = False) -> str:
+                           reauth: bool = False) -> Tuple[str, str]:
     """Enrol if asked (log in again with a new key if reauth), write the hosts block if asked;
-    returns this machine's overlay name."""
+    returns this machine's overlay name and overlay IPv4 address (each "" when unknown)."""
     from .enrolment import ensure_enrolled
     from .hosts import entries_for, own_names, update_hosts_file
     from .peers import parse_status
@@ -149,7 +161,7 @@ def _enrol_and_write_hosts(cfg: RobotConfig, enrol: bool, write_hosts: bool, qui
         if changed or not quiet:
             print(f"overlay_env: {cfg.node.hosts_file}: {', '.join(own)} -> loopback, overlay names of "
                   f"{len(snap.peers)} other machines", file=sys.stderr)
-    return snap.self_peer.dns_name if snap.self_peer else ""
+    return (snap.self_peer.dns_name, snap.self_peer.ipv4) if snap.self_peer else ("", "")
 
 
 def main(argv: Optional[List[str]] = None) -> int:
@@ -195,14 +207,14 @@ def main(argv: Optional[List[str]] = None) -> int:
             _err(f"cannot install CA: {exc}")
             return 1
         return 0
-    self_dns = ""
+    self_dns, address = "", ""
     if args.enrol or args.write_hosts:
         from .hosts import HostsError
         from .tailscale import TailscaleError
         deadline = time.monotonic() + args.retry
         while True:
             try:
-                self_dns = _enrol_and_write_hosts(cfg, args.enrol, args.write_hosts, reauth=args.reauth)
+                self_dns, address = _enrol_and_write_hosts(cfg, args.enrol, args.write_hosts, reauth=args.reauth)
                 break
             except HostsError as exc:  # the file needs a person (unbalanced markers, permissions)
                 _err(str(exc))
@@ -213,7 +225,7 @@ def main(argv: Optional[List[str]] = None) -> int:
                     return 1
                 _err(f"{exc}; retrying in {RETRY_PAUSE_S:.0f} s")
                 time.sleep(RETRY_PAUSE_S)
-    env = compute_env(cfg, self_dns)
+    env = compute_env(cfg, self_dns, address)
     if args.wait_master > 0:
         host = cfg.master_fqdn
         deadline = time.monotonic() + args.wait_master

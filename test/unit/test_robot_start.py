@@ -124,3 +124,26 @@ def test_reauth_needs_enrol(capsys):
     with pytest.raises(SystemExit) as exc:
         main(["--config", EXAMPLE, "--reauth"])
     assert exc.value.code == 2 and "--reauth needs --enrol" in capsys.readouterr().err
+
+
+def test_overlay_address_exported_when_tailscaled_was_asked(tmp_path, capsys):
+    """--write-hosts reads tailscaled: its overlay IPv4 goes out as OVERLAY_MANAGER_ADDRESS (what
+    robot.launch binds rosbridge to; the own name resolves to loopback through the hosts block)."""
+    fake = FakeTailscaled()
+    try:
+        hosts = tmp_path / "hosts"
+        hosts.write_text("127.0.0.1 localhost\n")
+        cfg = tmp_path / "robot.yaml"
+        cfg.write_text(yaml.safe_dump({
+            "hostname": "robota", "login_server": "http://10.250.0.1:8080", "base_domain": "fleet.internal",
+            "master": "robota", "tailscale": {"socket": fake.socket_path, "cli": "/bin/false"},
+            "node": {"hosts_file": str(hosts)}}))
+        assert main(["--config", str(cfg), "--write-hosts"]) == 0
+        assert "export OVERLAY_MANAGER_ADDRESS=100.64.0.1\n" in capsys.readouterr().out
+        target = tmp_path / "ros.env"
+        assert main(["--config", str(cfg), "--write-hosts", "--env-file", str(target)]) == 0
+        assert "OVERLAY_MANAGER_ADDRESS=100.64.0.1\n" in target.read_text()
+        assert main(["--config", str(cfg)]) == 0  # config only: the address is not known
+        assert "OVERLAY_MANAGER_ADDRESS" not in capsys.readouterr().out
+    finally:
+        fake.close()
