@@ -290,9 +290,10 @@ class OverlayMonitor:
             self.hosts_error = str(exc)
 
     def ros_env(self) -> RosEnv:
-        """ROS env in overlay names (uses tailscaled's own name for this machine when known)."""
-        self_dns = self.snapshot.self_peer.dns_name if self.snapshot and self.snapshot.self_peer else ""
-        return compute_env(self.cfg, self_dns)
+        """ROS env in overlay names (uses tailscaled's own name and address for this machine when
+        known)."""
+        me = self.snapshot.self_peer if self.snapshot else None
+        return compute_env(self.cfg, me.dns_name if me else "", me.ipv4 if me else "")
 
     def refresh_nat(self) -> NatInfo:
         """Run a NAT check (tailscale netcheck) and keep the result; failures keep the old one."""
