@@ -2,7 +2,8 @@
 
     source "$(bash scripts/build)/devel/setup.bash"
     sudo -E scripts/bench_node [--trials 3] [--cpu-seconds 60] [--peers 10,100,500,1000]
-                               [--topic-peers 5] [--no-ipn-bus] [--skip-path|--skip-cpu]
+                               [--topic-peers 5] [--no-ipn-bus] [--node-param KEY=VALUE ...]
+                               [--skip-path|--skip-cpu]
 
 1. Path-change latency (config/lab/two_buildings.yaml, a fresh lab run). robot.launch on robot1
    (master) and laptop, direct path proved with ~ping_peer, ICMP pings over the overlay from the
@@ -23,10 +24,8 @@
    listens, so the node's topic-link map finds those peers (and pings only them and the master).
    Their byte counters and LastWrite grow every 0.5 s as a real tailscaled's do while they
    stream. The fake serves tailscaled's IPN bus (watch-ipn-bus), as v1.102.5 does, unless
-   ``--no-ipn-bus`` (then the node reads the status at poll_rate).
-   Their byte counters and LastWrite grow every 0.5 s as a real tailscaled's do while they
-   stream. The fake serves tailscaled's IPN bus (watch-ipn-bus), as v1.102.5 does, unless
-   ``--no-ipn-bus`` (then the node reads the status at poll_rate).
+   ``--no-ipn-bus`` (then the node reads the status at poll_rate). ``--node-param`` sets one of
+   the node's private parameters for the CPU runs (e.g. ``bus_poll_rate=1``).
    /proc/<pid>/stat and /proc/<pid>/status are sampled every second.
 
 Writes artifacts/bench_node.json and prints a markdown table. Everything it starts is stopped by
@@ -434,7 +433,7 @@ def _stop_group(proc: subprocess.Popen, what: str, grace: float = 10.0) -> None:
 
 
 def cpu_bench(n_peers: int, seconds: float, warmup: float, topic_peers: int = 5,
-              ipn_bus: bool = True) -> Dict[str, Any]:
+              ipn_bus: bool = True, node_params: Sequence[str] = ()) -> Dict[str, Any]:
     """Run the node against a fake tailscaled with n_peers peers, topic_peers of which stream a
     topic to this machine; sample the node's CPU and RSS."""
     sys.path.insert(0, str(REPO / "test" / "unit"))
@@ -454,7 +453,7 @@ def cpu_bench(n_peers: int, seconds: float, warmup: float, topic_peers: int = 5,
                                         "preflight_interval": 30.0, "netcheck_interval": 60.0,
                                         "iperf_server": False, "manage_hosts": False},
                            "status_json_bytes": len(json.dumps(status)), "topic_peers": topic_peers,
-                           "ipn_bus": ipn_bus}
+                           "ipn_bus": ipn_bus, "node_params": list(node_params)}
     created = False
     try:
         subprocess.run(["ip", "netns", "add", ns], check=True)
@@ -501,7 +500,8 @@ def cpu_bench(n_peers: int, seconds: float, warmup: float, topic_peers: int = 5,
                 ns_argv(ns, [PY, "-m", "overlay_manager.lab.bench_node", "_listen", *topics]), env=env,
                 start_new_session=True, stdin=subprocess.DEVNULL, stdout=open(tmp / "listener.log", "ab"),
                 stderr=subprocess.STDOUT))
-        argv = ["rosrun", "overlay_manager", "overlay_manager_node", f"_config:={cfg}", "_iperf_server:=false"]
+        argv = ["rosrun", "overlay_manager", "overlay_manager_node", f"_config:={cfg}", "_iperf_server:=false",
+                *[f"_{kv}".replace("=", ":=", 1) for kv in node_params]]
         say(f"[{n_peers} peers] {' '.join(argv)}")
         node = subprocess.Popen(ns_argv(ns, argv), env=env, start_new_session=True, stdin=subprocess.DEVNULL,
                                 stdout=open(tmp / "node.log", "ab"), stderr=subprocess.STDOUT)
@@ -531,18 +531,6 @@ def cpu_bench(n_peers: int, seconds: float, warmup: float, topic_peers: int = 5,
             raise RuntimeError(f"pid {node.pid} is not the node: {cmd}")
         say(f"[{n_peers} peers] node pid {node.pid} publishes {len(got['msg']['peers'])} peers ({paths}); "
             f"warm-up {warmup:.0f} s, then sampling for {seconds:.0f} s")
-        streamers = list(status["Peer"].values())[:topic_peers]
-
-        def grow() -> None:  # as tailscaled's counters grow while those peers stream to us
-            while streaming.wait(0.5) and not fake._closing.is_set():
-                with fake._lock:
-                    for p in streamers:
-                        p["RxBytes"] = int(p.get("RxBytes") or 0) + 10_000
-                        p["TxBytes"] = int(p.get("TxBytes") or 0) + 500
-                        p["LastWrite"] = time.strftime("%Y-%m-%dT%H:%M:%S.000000000Z", time.gmtime())
-
-        streaming.set()
-        threading.Thread(target=grow, name="bench-counters", daemon=True).start()
         streamers = list(status["Peer"].values())[:topic_peers]
 
         def grow() -> None:  # as tailscaled's counters grow while those peers stream to us
@@ -588,7 +576,6 @@ def cpu_bench(n_peers: int, seconds: float, warmup: float, topic_peers: int = 5,
         if created:
             subprocess.run(["ip", "netns", "del", ns], check=False)
         shutil.rmtree(etc, ignore_errors=True)
-        streaming.clear()
         streaming.clear()
         fake.close()
         res["logs_tail"] = {n: _tail(tmp / n, 8) for n in ("node.log",)}
@@ -665,8 +652,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     ap.add_argument("--cpu-seconds", type=float, default=60.0, help="sampling window per peer count")
     ap.add_argument("--warmup", type=float, default=5.0, help="seconds after the node is up before sampling")
     ap.add_argument("--peers", default="10,100,500,1000", help="peer counts for the CPU benchmark (comma list)")
-    ap.add_argument("--no-ipn-bus", action="store_true",
-                    help="the fake tailscaled does not serve watch-ipn-bus (like tailscaled before the bus)")
+    ap.add_argument("--node-param", action="append", default=[], metavar="KEY=VALUE",
+                    help="a private parameter of the node for the CPU runs, e.g. bus_poll_rate=1 (repeatable)")
     ap.add_argument("--no-ipn-bus", action="store_true",
                     help="the fake tailscaled does not serve watch-ipn-bus (like tailscaled before the bus)")
     ap.add_argument("--topic-peers", type=int, default=5,
@@ -711,7 +698,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         result["cpu"] = []
         for n in [int(x) for x in a.peers.split(",") if x.strip()]:
             try:
-                result["cpu"].append(cpu_bench(n, a.cpu_seconds, a.warmup, a.topic_peers, not a.no_ipn_bus))
+                result["cpu"].append(cpu_bench(n, a.cpu_seconds, a.warmup, a.topic_peers, not a.no_ipn_bus,
+                                               a.node_param))
             except Exception as exc:  # noqa: BLE001 - report it and go on with the next size
                 say(f"[{n} peers] failed: {exc}")
                 result["cpu"].append({"peers": n, "error": str(exc)})
