@@ -128,6 +128,15 @@ def _marker_lines(content: bytes) -> Tuple[List[Tuple[int, int]], List[Tuple[int
     return begins, ends
 
 
+def has_block(path: str) -> bool:
+    """True when the file at path exists and holds a managed block (BEGIN marker)."""
+    try:
+        with open(path, "rb") as fh:
+            return bool(_marker_lines(fh.read())[0])
+    except OSError:
+        return False
+
+
 def replace_block(content: bytes, block: bytes, path: str = "hosts file") -> bytes:
     """content with its managed block replaced by block (appended when absent; b"" removes it).
 

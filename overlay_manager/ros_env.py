@@ -140,7 +140,7 @@ def _enrol_and_write_hosts(cfg: RobotConfig, enrol: bool, write_hosts: bool, qui
     """Enrol if asked (log in again with a new key if reauth), write the hosts block if asked;
     returns this machine's overlay name and overlay IPv4 address (each "" when unknown)."""
     from .enrolment import ensure_enrolled
-    from .hosts import entries_for, own_names, update_hosts_file
+    from .hosts import entries_for, has_block, own_names, update_hosts_file
     from .peers import parse_status
     from .tailscale import LocalAPI
     api = LocalAPI(cfg.tailscale.socket)
@@ -154,7 +154,11 @@ def _enrol_and_write_hosts(cfg: RobotConfig, enrol: bool, write_hosts: bool, qui
         if relay.changed or (relay.active and not quiet):
             print(f"overlay_env: {relay.message}", file=sys.stderr)
     snap = parse_status(api.status())
-    if write_hosts:
+    if write_hosts and snap.backend_state != "Running" and has_block(cfg.node.hosts_file):
+        # starting or logged out: tailscaled lists no peers now; keep their names meanwhile
+        print(f"overlay_env: tailscaled is {snap.backend_state or 'not running'}: kept the managed block "
+              f"in {cfg.node.hosts_file} as it is", file=sys.stderr)
+    elif write_hosts:
         # split horizon: this machine's own names -> loopback, the others -> overlay addresses
         own = own_names(snap.self_peer, cfg.fqdn, snap.peers)
         changed = update_hosts_file(cfg.node.hosts_file, entries_for(snap.peers, own))  # HostsError: caller

@@ -43,3 +43,19 @@ def test_write_hosts_unbalanced_block_is_one_clear_line(fake_tailscaled, tmp_pat
     assert err.count("markers are unbalanced") == 1 and "retrying" not in err
     assert f"{hosts}: overlay_manager block markers are unbalanced" in err and "Traceback" not in err
     assert hosts.read_bytes() == before
+
+
+def test_write_hosts_keeps_the_block_while_tailscaled_is_not_running(fake_tailscaled, tmp_path, capsys):
+    hosts = tmp_path / "hosts"
+    hosts.write_bytes(OUTSIDE)
+    cfg = _config(tmp_path, fake_tailscaled.socket_path, hosts)
+    assert main(["--config", cfg, "--write-hosts"]) == 0
+    before = hosts.read_bytes()
+    fake_tailscaled.status = dict(fake_tailscaled.status, BackendState="Starting", Peer={})
+    assert main(["--config", cfg, "--write-hosts"]) == 0
+    assert hosts.read_bytes() == before and "kept the managed block" in capsys.readouterr().err
+    # a first start without any block still writes this machine's own names (roslaunch needs them)
+    fresh = tmp_path / "fresh"
+    fresh.write_bytes(OUTSIDE)
+    assert main(["--config", _config(tmp_path, fake_tailscaled.socket_path, fresh), "--write-hosts"]) == 0
+    assert b"127.0.1.1 robota.fleet.internal robota" in fresh.read_bytes()
