@@ -42,6 +42,7 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
 from overlay_manager.config import load_robot_config  # noqa: E402
+from overlay_manager.fleet import cli as fleet_cli  # noqa: E402
 from overlay_manager.fleet.bundle import write_bundle  # noqa: E402
 from overlay_manager.fleet.config import load_fleet  # noqa: E402
 from overlay_manager.fleet.deploy import apply_policy, init_deployment  # noqa: E402
@@ -309,7 +310,7 @@ def test_relay_visible_to_other_team_but_closed(net: Dict[str, Any]) -> None:
     assert peers == {"campus-relay"}, f"bravo-robot1 should see only the relay, sees {sorted(peers)}"
 
 
-def test_policy_gives_an_enrolled_host_its_new_relay_tags(net: Dict[str, Any]) -> None:
+def test_policy_gives_an_enrolled_host_its_new_relay_tags(net: Dict[str, Any], capsys: Any) -> None:
     """An enrolled host that becomes a relay keeps its old tags on re-enrolment (headscale), so
     `fleet policy` sets the fleet file's tags after the new policy is in force; and back."""
     dep, path = net["dep"], net["fleet_file"]
@@ -322,10 +323,12 @@ def test_policy_gives_an_enrolled_host_its_new_relay_tags(net: Dict[str, Any]) -
         return sorted(next(r for r in fleet_status(dep, load_fleet(path2)) if r.host == "alpha-robot2").tags)
 
     try:
-        apply_policy(dep, load_fleet(path2))
-        changed = wait_for("headscale to take alpha-robot2's relay tags", lambda: sync_tags(dep, load_fleet(path2)), 15)
-        print(changed)
-        assert any(line.startswith("alpha-robot2: ") for line in changed)
+        # what the admin runs: `fleet -f fleet.yaml -d DEPLOYMENT policy`
+        assert fleet_cli.run(["-f", str(path2), "-d", str(dep.root), "--headscale", str(HEADSCALE), "policy"]) == 0
+        out = capsys.readouterr().out
+        print(out)
+        assert "policy checked" in out
+        assert "alpha-robot2: tags tag:robot, tag:team-alpha -> tag:relay, tag:relay-alpha-robot2" in out
         assert tags() == ["tag:relay", "tag:relay-alpha-robot2", "tag:robot", "tag:team-alpha"]
         assert sync_tags(dep, load_fleet(path2)) == []  # idempotent
     finally:
