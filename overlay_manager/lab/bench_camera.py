@@ -17,7 +17,8 @@ server on). Per column, measured from the laptop: the Twist round trip (50 Hz, e
 with no camera; then the raw ``/camera/image_raw`` and the link-aware
 ``/camera/image_raw/compressed``, each alone, while the Twist round trip runs: delivered rate,
 latency (receive time - header.stamp, one wall clock), bytes/s, and for the link-aware stream its
-encoder's process CPU (utime + stime from /proc over a window while it streams) and decisions
+encoder's process CPU (utime + stime from /proc, sampled each second, over the seconds in which it
+worked: it encodes only while subscribed) and decisions
 (quality, rate, budget from ``stream_state``). Relayed columns repeat the link-aware stream for
 each ``--budgets`` value (kbit/s for derp and peer-relay): a budget well below the link's
 capacity is the lever that keeps control responsive.
@@ -73,6 +74,19 @@ def _cpu_seconds(pid: int) -> Optional[float]:
     except OSError:
         return None
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _active_cpu_pct(samples: Sequence[tuple]) -> Optional[float]:
+    """CPU share (% of one core) over the 1-s intervals in which the encoder worked (at least
+    20 ms of CPU: it encodes only while subscribed, and the probes take seconds to start)."""
+    busy_cpu = busy_wall = 0.0
+    for (w0, c0), (w1, c1) in zip(samples, samples[1:]):
+        if c0 is None or c1 is None:
+            continue
+        if c1 - c0 >= 0.02:
+            busy_cpu += c1 - c0
+            busy_wall += w1 - w0
+    return round(100.0 * busy_cpu / busy_wall, 1) if busy_wall > 0 else None
 
 
 class CameraBench:
@@ -172,17 +186,15 @@ class CameraBench:
         threads = [threading.Thread(target=f) for f in ((rate, control, states) if link_aware else (rate, control))]
         for t in threads:
             t.start()
-        cpu = None
         pid = self.encoder_pid() if link_aware else None
-        if pid:
-            time.sleep(4.0)  # probes started, stream flowing
-            c0, w0 = _cpu_seconds(pid), time.monotonic()
-            time.sleep(max(2.0, self.seconds - 3.0))
-            c1, w1 = _cpu_seconds(pid), time.monotonic()
-            if c0 is not None and c1 is not None:
-                cpu = round(100.0 * (c1 - c0) / (w1 - w0), 1)
+        samples = []  # (wall s, cpu s) once a second while the probes run
+        while any(t.is_alive() for t in threads):
+            if pid:
+                samples.append((time.monotonic(), _cpu_seconds(pid)))
+            time.sleep(1.0)
         for t in threads:
             t.join(timeout=self.seconds + 120)
+        cpu = _active_cpu_pct(samples)
         r = out.get("rate") or {}
         res: Dict[str, Any] = {k: r.get(k) for k in ("count", "rate_hz", "span_rate_hz", "max_gap_s",
                                                      "latency_p50_ms", "latency_p99_ms")}
