@@ -32,7 +32,7 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence, Set, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple
 
 from .core import REPO_ROOT, Lab, PingResult
 from .errors import LabError
@@ -95,15 +95,29 @@ def run_cells(lab: Lab, todo: Sequence[Tuple[str, str, str, str]], count: int, p
     return sorted(results, key=lambda r: order[(r["a"], r["b"])])
 
 
+def _mark(r: Dict[str, Any]) -> str:
+    """A matrix cell: the observed path in bold, the expected one beside it when they differ."""
+    obs, exp = r["observed"], r["expected"]
+    return f"**{obs}**" if obs == exp else f"**{obs}** (exp. {exp}) ⚠"
+
+
+def _matrix_table(kinds: Sequence[str], cell: Callable[[str, str], Optional[Dict[str, Any]]]) -> List[str]:
+    """Markdown rows of the upper-triangle matrix over ``kinds``; ``cell(a, b)`` is the record
+    shown in row a, column b (None = empty)."""
+    lines = ["| | " + " | ".join(kinds) + " |", "|---|" + "---|" * len(kinds)]
+    for i, a in enumerate(kinds):
+        row = [f"**{a}**"]
+        for j, b in enumerate(kinds):
+            r = cell(a, b) if j >= i else None
+            row.append(_mark(r) if r else "")
+        lines.append("| " + " | ".join(row) + " |")
+    return lines
+
+
 def render_markdown(results: Sequence[Dict[str, Any]], meta: Dict[str, Any],
                     kinds: Sequence[str] = KINDS) -> str:
     """The matrix (observed / expected per cell) and the list of cells with notes."""
     by = {(r["a"], r["b"]): r for r in results}
-
-    def mark(r: Dict[str, Any]) -> str:
-        obs, exp = r["observed"], r["expected"]
-        return f"**{obs}**" if obs == exp else f"**{obs}** (exp. {exp}) ⚠"
-
     lines = [
         "# NAT matrix: tailscale path between two hosts behind NAT kinds (RFC 4787)",
         "",
@@ -114,14 +128,8 @@ def render_markdown(results: Sequence[Dict[str, Any]], meta: Dict[str, Any],
         f"Cells: observed path, expected in brackets when different. {meta['agree']}/{meta['cells']} agree "
         f"with the model; {meta.get('rule_agree', '?')}/{meta['cells']} with the rule of thumb.",
         "",
-        "| | " + " | ".join(kinds) + " |",
-        "|---|" + "---|" * len(kinds),
     ]
-    for i, a in enumerate(kinds):
-        row = [f"**{a}**"]
-        for j, b in enumerate(kinds):
-            row.append(mark(by[(a, b)]) if j >= i and (a, b) in by else "")
-        lines.append("| " + " | ".join(row) + " |")
+    lines += _matrix_table(kinds, lambda a, b: by.get((a, b)))
     lines += ["", "## Every cell", "",
               "`expected` is the model in overlay_manager/lab/matrix_model.py; `rule of thumb` is the usual "
               "shorthand (\"hole punching fails if both sides have a port-changing mapping, or one has and "
@@ -190,11 +198,6 @@ def render_relay_markdown(plain: Sequence[Dict[str, Any]], relayed: Sequence[Dic
     by_plain = {(r["a"], r["b"]): r for r in plain}
     by_relay = {(r["a"], r["b"]): r for r in relayed}
     kinds = list(RELAY_KINDS)
-
-    def mark(r: Dict[str, Any]) -> str:
-        obs, exp = r["observed"], r["expected"]
-        return f"**{obs}**" if obs == exp else f"**{obs}** (exp. {exp}) ⚠"
-
     lines = [
         "# NAT matrix with a peer relay on the campus server network",
         "",
@@ -212,17 +215,10 @@ def render_relay_markdown(plain: Sequence[Dict[str, Any]], relayed: Sequence[Dic
         "policy); `udp-blocked` lets only STUN out, `tcp-only` no UDP at all.",
         "",
     ]
-    for title, by in (("Without the relay", by_plain), ("With the relay", by_relay)):
-        lines += [f"## {title}", "", "| | " + " | ".join(kinds) + " |", "|---|" + "---|" * len(kinds)]
-        for i, a in enumerate(kinds):
-            row = [f"**{a}**"]
-            for j, b in enumerate(kinds):
-                r = by.get((a, b)) if j >= i else None
-                if r is None and j >= i and by is by_relay and (a, b) in by_plain:
-                    r = by_plain[(a, b)]  # direct without the relay: not measured again
-                row.append(mark(r) if r else "")
-            lines.append("| " + " | ".join(row) + " |")
-        lines.append("")
+    lines += ["## Without the relay", ""] + _matrix_table(kinds, lambda a, b: by_plain.get((a, b))) + [""]
+    # cells that were direct without the relay are not measured again: shown from the first table
+    lines += ["## With the relay", ""] + _matrix_table(
+        kinds, lambda a, b: by_relay.get((a, b)) or by_plain.get((a, b))) + [""]
     lines += ["## Cells measured with the relay", "",
               "| A | B | without relay | expected with relay | observed | via | why |", "|---|---|---|---|---|---|---|"]
     for r in relayed:
