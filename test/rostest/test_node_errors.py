@@ -4,10 +4,8 @@ secret-free."""
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
-import time
 
 import pytest
 import yaml
@@ -18,38 +16,6 @@ from tsfake import FakeTailscaled  # noqa: E402
 
 pytestmark = pytest.mark.skipif(shutil.which("roscore") is None, reason="ROS not installed (scripts/setup)")
 SECRET = "hskey-auth-DO-NOT-LEAK-0123456789"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@pytest.fixture(scope="module")
-def master(tmp_path_factory):
-    port = _free_port()
-    home = tmp_path_factory.mktemp("roshome")
-    env = dict(os.environ, ROS_MASTER_URI=f"http://127.0.0.1:{port}", ROS_IP="127.0.0.1", ROS_HOME=str(home))
-    env.pop("ROS_HOSTNAME", None)
-    proc = subprocess.Popen(["roscore", "-p", str(port)], env=env, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL, start_new_session=True)
-    deadline = time.monotonic() + 30
-    while True:
-        try:
-            socket.create_connection(("127.0.0.1", port), 1).close()
-            break
-        except OSError:
-            if time.monotonic() > deadline:
-                os.killpg(proc.pid, 9)
-                raise AssertionError(f"roscore on port {port} did not answer within 30 s") from None
-            time.sleep(0.2)
-    yield env
-    os.killpg(proc.pid, 2)
-    try:
-        proc.wait(15)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, 9)
 
 
 def _run_node(env, config, timeout=40):

@@ -6,7 +6,6 @@ reads at poll_rate."""
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -24,38 +23,6 @@ from overlay_manager.waiting import tail, wait_for  # noqa: E402
 
 pytestmark = pytest.mark.skipif(shutil.which("roscore") is None, reason="ROS not installed (scripts/setup)")
 STATUS, BUS = "GET /localapi/v0/status", "GET /localapi/v0/watch-ipn-bus"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@pytest.fixture(scope="module")
-def master(tmp_path_factory):
-    port = _free_port()
-    home = tmp_path_factory.mktemp("roshome")
-    env = dict(os.environ, ROS_MASTER_URI=f"http://127.0.0.1:{port}", ROS_IP="127.0.0.1", ROS_HOME=str(home))
-    env.pop("ROS_HOSTNAME", None)
-    proc = subprocess.Popen(["roscore", "-p", str(port)], env=env, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL, start_new_session=True)
-
-    def up() -> bool:
-        if proc.poll() is not None:
-            raise RuntimeError(f"roscore exited with {proc.returncode}")
-        with socket.socket() as s:
-            return s.connect_ex(("127.0.0.1", port)) == 0
-
-    try:
-        wait_for(f"roscore on port {port}", up, 30, fatal=(RuntimeError,))
-        yield env
-    finally:
-        os.killpg(proc.pid, 2)
-        try:
-            proc.wait(15)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, 9)
 
 
 def _node(env, tmp_path, fake, name, *params):

@@ -10,13 +10,12 @@ import yaml
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "unit"))
-from test_node_ipnbus import master  # noqa: E402,F401 - the module's roscore fixture
 from tsfake import FakeTailscaled  # noqa: E402
 
 pytestmark = pytest.mark.skipif(shutil.which("roscore") is None, reason="ROS not installed (scripts/setup)")
 
 
-def test_bad_host_aliases_exit_2(master, tmp_path):  # noqa: F811 - the imported fixture
+def test_bad_host_aliases_exit_2(master, tmp_path):
     fake = FakeTailscaled()
     try:
         cfg = tmp_path / "robot.yaml"
