@@ -23,6 +23,7 @@ from overlay_manager import waiting
 from overlay_manager.msg import Peer, PeerList, StreamState
 
 RAW = "/camera/image_raw"
+RAW_PNG = "/camera_png/image_raw"  # the same frames, for the encoder with format png
 OUT = RAW + "/compressed"
 WIDTH, HEIGHT = 640, 480
 BUDGET_DERP_KBPS = 4000.0  # link_aware_camera.test
@@ -61,6 +62,7 @@ class LinkAwareCamera(unittest.TestCase):
         cls.peers_pub = rospy.Publisher("/overlay_manager/peers", PeerList, queue_size=1, latch=True)
         cls.peers_pub.publish(peers_msg(Peer.PATH_DIRECT))
         cls.cam_pub = rospy.Publisher(RAW, Image, queue_size=2)
+        cls.png_pub = rospy.Publisher(RAW_PNG, Image, queue_size=2)
         cls.lock = threading.Lock()
         cls.state = None
         rospy.Subscriber(OUT + "/stream_state", StreamState, cls._on_state)
@@ -87,6 +89,7 @@ class LinkAwareCamera(unittest.TestCase):
             msg.header.seq += 1
             msg.header.stamp = rospy.Time.now()
             cls.cam_pub.publish(msg)
+            cls.png_pub.publish(msg)
             nxt += period
             time.sleep(max(0.0, nxt - time.monotonic()))
 
@@ -147,6 +150,18 @@ class LinkAwareCamera(unittest.TestCase):
         px = np.frombuffer(bytes(img.data), np.uint8).reshape(HEIGHT, WIDTH, 3)
         r, g, b = px[HEIGHT // 2, 40]
         self.assertTrue(r > 200 and g < 60 and b < 60, f"red block decoded as {(r, g, b)}")
+
+    def test_3b_png_is_lossless(self):
+        got = []
+        sub = rospy.Subscriber(RAW_PNG + "/compressed", CompressedImage, got.append, queue_size=5, buff_size=2**24)
+        try:
+            m = wait_for(f"a frame on {RAW_PNG}/compressed", lambda: got and got[-1], timeout=15)
+        finally:
+            sub.unregister()
+        self.assertEqual(m.format, "rgb8; png compressed bgr8")
+        bgr = cv2.imdecode(np.frombuffer(bytes(m.data), np.uint8), cv2.IMREAD_UNCHANGED)
+        self.assertEqual(bgr.shape, (HEIGHT, WIDTH, 3))
+        self.assertTrue(np.array_equal(bgr[:, :, ::-1], self.frame), "PNG did not decode to the original pixels")
 
     def test_4_derp_lowers_quality_and_rate_then_direct_restores(self):
         got = []
