@@ -63,10 +63,12 @@ def relayed(two_buildings_lab):
         robots.print_launch_logs(lab, (ROBOT, LAPTOP))
         raise
     finally:
-        lab.impair(B1, None)
-        lab.unblock_udp(B1)
-        for p in reversed(procs):
-            robots.stop(lab, p)
+        try:
+            lab.impair(B1, None)
+            lab.unblock_udp(B1)
+        finally:
+            for p in reversed(procs):
+                robots.stop(lab, p)
 
 
 def _rate(lab, topic: str, typ: str, seconds: float = MEASURE_S) -> Dict[str, Any]:
