@@ -319,23 +319,10 @@ private:
       Sub& s = kv.second;
       auto b = backlog.find(kv.first);
       s.backlog_bytes = b == backlog.end() ? 0 : b->second;
-      if (!(out_kbps > 0.0))
-        continue;
-      const double backlog_ms = s.backlog_bytes * 8.0 / out_kbps;
       SubscriberView v;
       v.path = s.path;
-      const double path_budget = policy_.budgetFor(v);
-      if (backlog_ms > max_backlog_ms_)
-      {
-        const double cap = 0.7 * out_kbps;
-        s.observed_cap_kbps = std::isnan(s.observed_cap_kbps) ? cap : std::min(s.observed_cap_kbps, cap);
-      }
-      else if (!std::isnan(s.observed_cap_kbps) && backlog_ms < max_backlog_ms_ / 4.0)
-      {
-        s.observed_cap_kbps *= 1.15;
-        if (s.observed_cap_kbps > path_budget || s.observed_cap_kbps > 4.0 * out_kbps)
-          s.observed_cap_kbps = kNaN;
-      }
+      s.observed_cap_kbps = nextObservedCap(s.observed_cap_kbps, s.backlog_bytes, out_kbps, policy_.budgetFor(v),
+                                            max_backlog_ms_);
     }
   }
 

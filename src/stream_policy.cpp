@@ -7,6 +7,27 @@
 namespace overlay_manager
 {
 
+double nextObservedCap(double cap_kbps, double backlog_bytes, double out_kbps, double path_budget_kbps,
+                       double max_backlog_ms)
+{
+  if (!(out_kbps > 0.0))
+    return cap_kbps;
+  const double backlog_ms = backlog_bytes * 8.0 / out_kbps;  // kbit/s = bit/ms
+  if (backlog_ms > max_backlog_ms)
+  {
+    const double cap = 0.7 * out_kbps;
+    return std::isnan(cap_kbps) ? cap : std::min(cap_kbps, cap);
+  }
+  if (!std::isnan(cap_kbps) && backlog_ms < max_backlog_ms / 4.0)
+  {
+    const double raised = cap_kbps * 1.15;
+    if (raised > path_budget_kbps || raised > 4.0 * out_kbps)
+      return std::numeric_limits<double>::quiet_NaN();
+    return raised;
+  }
+  return cap_kbps;
+}
+
 StreamPolicy::StreamPolicy(const PolicyParams& params) : params_(params)
 {
   decision_.quality = params_.max_quality;

@@ -68,6 +68,15 @@ struct Decision
   std::string reason;      ///< why: "no budget", "path derp", "observed delivery", ...
 };
 
+/// Observed-delivery cap of one subscriber after one period (kbit/s; NaN = no cap).
+/// `backlog_bytes`: bytes its TCP connection has not sent yet; `out_kbps`: what the stream sent
+/// over the period; `path_budget_kbps`: its path's budget (inf = none). A backlog above
+/// `max_backlog_ms` of stream sets the cap to 70 % of out_kbps (or keeps a lower one); a backlog
+/// below a quarter of that raises a cap by 15 %, dropping it once it exceeds the path budget or
+/// 4 x out_kbps. No stream (out_kbps <= 0): the cap stays as it is.
+double nextObservedCap(double cap_kbps, double backlog_bytes, double out_kbps, double path_budget_kbps,
+                       double max_backlog_ms);
+
 /// Chooses quality and rate from subscribers' paths and the sizes of encoded frames.
 class StreamPolicy
 {

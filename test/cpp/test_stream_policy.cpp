@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
 
 using overlay_manager::Decision;
 using overlay_manager::PolicyParams;
@@ -130,6 +131,29 @@ TEST(StreamPolicy, NoSubscribers)
   p.setSubscribers({});
   EXPECT_EQ(p.decision().reason, "no subscribers");
   EXPECT_TRUE(std::isinf(p.decision().budget_kbps));
+}
+
+TEST(ObservedCap, BacklogCapsThenDrainedQueueLiftsIt)
+{
+  using overlay_manager::nextObservedCap;
+  const double inf = std::numeric_limits<double>::infinity();
+  // 8000 kbit/s = 1000 bytes/ms: 300 KB unsent is 300 ms of stream, over a 200 ms limit
+  double cap = nextObservedCap(NAN, 300000, 8000, inf, 200);
+  EXPECT_DOUBLE_EQ(cap, 5600.0);
+  // still congested at the lower rate: never raised, only lowered
+  EXPECT_DOUBLE_EQ(nextObservedCap(cap, 300000, 5600, inf, 200), 0.7 * 5600);
+  EXPECT_DOUBLE_EQ(nextObservedCap(1000.0, 300000, 8000, inf, 200), 1000.0);
+  // between a quarter and the limit: kept
+  EXPECT_DOUBLE_EQ(nextObservedCap(cap, 100000, 5600, inf, 200), cap);
+  // drained: +15 % a period
+  EXPECT_DOUBLE_EQ(nextObservedCap(cap, 0, 5600, inf, 200), cap * 1.15);
+  // no cap and no backlog: stays without a cap
+  EXPECT_TRUE(std::isnan(nextObservedCap(NAN, 0, 8000, inf, 200)));
+  // lifted once above the path budget or far above what the stream sends
+  EXPECT_TRUE(std::isnan(nextObservedCap(7500.0, 0, 7000, 8000, 200)));
+  EXPECT_TRUE(std::isnan(nextObservedCap(3000.0, 0, 800, inf, 200)));
+  // no stream in the period: nothing learnt
+  EXPECT_DOUBLE_EQ(nextObservedCap(1234.0, 999999, 0, inf, 200), 1234.0);
 }
 
 TEST(SubscriberHosts, HostOfUri)
