@@ -116,8 +116,10 @@ PAIRS = [
 
 @pytest.fixture(scope="module")
 def path_matrix(campus):
-    """Measure every pair at once: `tailscale ping` (the CLI) per pair in parallel threads, and one
-    probe calling each node's ~ping_peer and reading its ~peers. {(a, b): {...}}"""
+    """Measure every pair: `tailscale ping` (the CLI) per pair in parallel threads until the path
+    is proved, then one probe calling each node's ~ping_peer and reading its ~peers. The nodes ping
+    only the machines that carry ROS topics to or from theirs (and the master's), so a pair without
+    topics is idle until the CLI's pings punch its hole; the node is asked after that. {(a, b): {...}}"""
     lab = campus
     proved: Dict[Any, Any] = {}
 
@@ -132,9 +134,9 @@ def path_matrix(campus):
         want.setdefault(node(a), {})[b] = e
     spec = {"ping": [[node(a), b] for a, b, _, _ in PAIRS], "ping_count": 3, "peers": want, "lenient": True}
     t0 = time.monotonic()
-    res = robots.run_probe(lab, MASTER, ["nodes", json.dumps(spec), "--timeout", "20"], timeout=40)
     for t in threads:
         t.join(60)
+    res = robots.run_probe(lab, MASTER, ["nodes", json.dumps(spec), "--timeout", "20"], timeout=40)
     print(f"path matrix measured in {time.monotonic() - t0:.1f} s; unmet: {res['unmet']}")
     out = {}
     for a, b, e, why in PAIRS:
