@@ -1,6 +1,6 @@
 """Fleet provisioning: a Headscale deployment, ACL policy and enrolment bundles from one fleet file.
 
-Public API (see docs/CONTRACTS.md, "Fleet provisioning")::
+Public API (see docs/ARCHITECTURE.md, "Contracts between modules")::
 
     from overlay_manager.fleet import load_fleet, init_deployment, write_bundle
     fleet = load_fleet("fleet.yaml")             # FleetConfig, or ConfigError naming file/key/host
