@@ -34,6 +34,7 @@ from typing import List, Tuple
 
 import pytest
 
+from overlay_manager import waiting
 from overlay_manager.hosts import LOOPBACK
 from overlay_manager.lab import robots
 
@@ -52,16 +53,9 @@ GAP_NODES = Path(__file__).resolve().parent / "gap_nodes.py"
 def fleet(two_buildings_lab):
     """robot.launch on robot1 (master) and laptop; stopped by pid at the end."""
     lab = two_buildings_lab
-    procs: list = []
-    try:
+    with robots.processes(lab, (ROBOT, LAPTOP)) as procs:
         robots.start_master_then(lab, ROBOT, [LAPTOP], procs)
         yield lab
-    except Exception:
-        robots.print_launch_logs(lab, (ROBOT, LAPTOP))
-        raise
-    finally:
-        for p in reversed(procs):
-            robots.stop(lab, p)
 
 
 def _getent(lab, host: str, name: str) -> List[str]:
@@ -89,11 +83,8 @@ def _arrivals(path: Path) -> List[Tuple[float, int]]:
 
 
 def _wait(what: str, cond, timeout: float, detail=lambda: "") -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}: {detail()}")
-        time.sleep(0.1)
+    """overlay_manager.waiting.wait_for every 0.1 s; a timeout fails the test (AssertionError)."""
+    waiting.wait_for(what, cond, timeout, interval=0.1, detail=detail, error=AssertionError)
 
 
 def _largest_gap(times: List[float], start: float, end: float) -> float:
