@@ -34,9 +34,10 @@ def _node_key(status: object) -> str:
     return str(me.get("PublicKey", "") or "") if isinstance(me, dict) else ""
 
 
-def _reauthenticated(api: LocalAPI, old_node_key: str, wait_s: float = 5.0) -> bool:
-    """True when tailscaled runs with a node key other than old_node_key (within wait_s seconds):
-    a re-authentication took place, whatever `tailscale up` said."""
+def _reauthenticated(api: LocalAPI, old_node_key: str, wait_s: float) -> bool:
+    """True when tailscaled runs with a node key other than old_node_key within wait_s seconds
+    (on a loaded machine its state settles seconds after `tailscale up` returned): a
+    re-authentication took place, whatever `tailscale up` said."""
     deadline = time.monotonic() + wait_s
     while True:
         try:
@@ -106,7 +107,8 @@ def ensure_enrolled(api: LocalAPI, cfg: RobotConfig, wait_s: Optional[float] = N
         enrol(cfg.tailscale.cli, api.socket_path, request, env=tailscale_env(cfg))
     except EnrolError as exc:
         text = str(exc)
-        if reauth and "authkey already used" in text and _reauthenticated(api, old_node_key):
+        if reauth and "authkey already used" in text and _reauthenticated(api, old_node_key,
+                                                                           cfg.tailscale.up_timeout):
             # Seen with headscale 0.29 + tailscale 1.102: the re-registration with the new key
             # succeeds (new node key, same node, key marked used), then tailscaled registers once
             # more with the same key and `tailscale up` reports headscale's "already used".

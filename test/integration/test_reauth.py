@@ -60,8 +60,12 @@ def test_rotate_then_reauth_keeps_the_node(server: Server) -> None:  # noqa: F81
 
     plain = overlay_env(config, "--enrol")
     assert plain.returncode == 0 and "already enrolled" in plain.stderr, plain.stderr
+    old_node_key = ts.status().get("Self", {}).get("PublicKey")
     reauth = overlay_env(config, "--enrol", "--reauth")
-    assert reauth.returncode == 0 and "re-enrolled at" in reauth.stderr, reauth.stderr
+    assert reauth.returncode == 0 and "re-enrolled at" in reauth.stderr, (
+        f"{reauth.stderr}; tailscaled now {ts.status().get('BackendState')}, node key "
+        f"{'changed' if ts.status().get('Self', {}).get('PublicKey') != old_node_key else 'unchanged'}; "
+        f"keys {[(k.id, k.used) for k in server.dep.cli().list_preauth_keys()]}")
     assert new_key.strip() not in reauth.stdout + reauth.stderr
     wait_for(f"{HOST} Running after --reauth", lambda: ts.status().get("BackendState") == "Running", 30, ts.log)
     (after,) = nodes_named(server.dep.cli().list_nodes(), HOST)
