@@ -44,6 +44,7 @@ CAMERA = "/camera/image_raw"
 
 FAILOVER_BOUND_S = 15.0      # direct -> derp after UDP is blocked (measured: see MEASURED / -s output)
 RECOVER_DIRECT_BOUND_S = 30.0
+DERP_FRAME_BOUND_S = 30.0    # first raw frame over DERP after the switch (the direct backlog drains first)
 CONTROL_DOWN_BOUND_S = 60.0  # ~status control_reachable false after headscale stops
 CONTROL_UP_BOUND_S = 120.0   # the warning clears after headscale starts (tailscaled backs off)
 
@@ -234,7 +235,11 @@ def test_failover_udp_blocked_derp_and_back(campus):
         ev = rec.wait(f"{node(LAPTOP)} ~peers: robot1 derp after blocking UDP at b1",
                       _peer_path(LAPTOP, MASTER, "derp"), timeout=FAILOVER_BOUND_S + 30, since=t_block)
         t_derp = ev["t"]
-        time.sleep(6)
+        # the raw stream's backlog drains through DERP first: wait (bounded) for a frame that
+        # arrived on the relayed path, then keep the relayed phase going a little longer
+        rec.wait("a camera frame received over DERP", lambda e: e["ev"] == "frame", timeout=DERP_FRAME_BOUND_S,
+                 since=t_derp)
+        time.sleep(3)
         t_unblock = time.monotonic()
         lab.unblock_udp("b1")
         blocked = False
