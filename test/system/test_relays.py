@@ -41,6 +41,7 @@ RELAY_PORT = 40000
 
 TO_PEER_RELAY_BOUND_S = 60.0   # derp -> peer-relay after the relay server is on
 TO_DERP_BOUND_S = 30.0         # peer-relay -> derp after the relay's tailscaled stops
+DERP_FRAME_BOUND_S = 30.0      # first frame over DERP after the switch (the relayed backlog drains first)
 MEASURED: Dict[str, Any] = {}
 
 
@@ -160,7 +161,11 @@ def test_failover_relay_down_derp_and_back(campus):
         ev = rec.wait(f"{node(SUB)} ~peers: robot3 derp after relay1's tailscaled stopped",
                       _peer_path(SUB, MASTER, "derp"), timeout=TO_DERP_BOUND_S + 30, since=t_stop)
         t_derp = ev["t"]
-        time.sleep(4)
+        # the stream's backlog drains through DERP first: wait (bounded) for a frame that arrived
+        # on the relayed path, then keep the DERP phase going a little longer
+        rec.wait("a camera frame received over DERP", lambda e: e["ev"] == "frame", timeout=DERP_FRAME_BOUND_S,
+                 since=t_derp)
+        time.sleep(2)
         t_start = time.monotonic()
         lab.start_tailscaled(RELAY)
         stopped = False
