@@ -1,4 +1,4 @@
-"""``lab``: command line of the campus lab (scripts/lab, ``rosrun overlay_manager lab``).
+"""``lab``: command line of the campus lab (scripts/lab in a source checkout; not installed).
 
     lab up SPEC [--run-id ID] [--workdir DIR] [--no-tailscaled] [--enrol]
     lab status [--json]
