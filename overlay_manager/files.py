@@ -88,6 +88,26 @@ def lock(fd: int, what: str, timeout_s: Optional[float] = None) -> None:
             time.sleep(0.01)
 
 
+def _lock_if_current(fd: int, path: str, follow_symlinks: bool) -> bool:
+    """Take fd's exclusive flock; True when path still names fd's file afterwards. When False,
+    fd is closed (another writer renamed the file away meanwhile: open it again). On an error fd
+    is closed and the error raised."""
+    try:
+        lock(fd, path)
+        st = os.fstat(fd)
+        try:
+            now = os.stat(path, follow_symlinks=follow_symlinks)
+        except FileNotFoundError:
+            now = None
+    except BaseException:
+        os.close(fd)
+        raise
+    if now is not None and (now.st_dev, now.st_ino) == (st.st_dev, st.st_ino):
+        return True
+    os.close(fd)
+    return False
+
+
 def open_locked_tmp(tmp: str, mode: int) -> int:
     """Open (create) tmp with an exclusive flock, making sure the name still refers to it.
 
@@ -96,19 +116,8 @@ def open_locked_tmp(tmp: str, mode: int) -> int:
     """
     while True:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, mode & 0o777)
-        try:
-            lock(fd, tmp)
-            st = os.fstat(fd)
-            try:
-                now = os.stat(tmp, follow_symlinks=False)
-            except FileNotFoundError:
-                now = None
-            if now is not None and (now.st_dev, now.st_ino) == (st.st_dev, st.st_ino):
-                return fd
-        except BaseException:
-            os.close(fd)
-            raise
-        os.close(fd)
+        if _lock_if_current(fd, tmp, follow_symlinks=False):
+            return fd
 
 
 def remove_stale_tmp(path: PathLike) -> None:
@@ -212,19 +221,9 @@ def _open_locked(real: str) -> Optional[int]:
             fd = os.open(real, os.O_RDWR | os.O_CLOEXEC)
         except FileNotFoundError:
             return None
-        try:
-            lock(fd, real)
-            st = os.fstat(fd)
-            try:
-                now = os.stat(real)
-            except FileNotFoundError:
-                now = None
-            if now is not None and (now.st_dev, now.st_ino) == (st.st_dev, st.st_ino):
-                return fd
-        except BaseException:
-            os.close(fd)
-            raise
-        os.close(fd)  # replaced by another writer while we waited: lock the new file
+        if _lock_if_current(fd, real, follow_symlinks=True):
+            return fd
+        # replaced by another writer while we waited: lock the new file
 
 
 def _read_fd(fd: int) -> bytes:

@@ -54,6 +54,20 @@ def _mapping_rule(kind: NatKind, wan_address: str) -> str:
             f"jhash {key} mod {PORT_SPAN} offset {PORT_OFFSET}")
 
 
+# The router itself answers only its LAN and what it started (so a peer's hole-punch packet
+# cannot create a conntrack entry on the router); `actions` is where runtime blocks go.
+_INPUT_AND_ACTIONS = (
+    "  chain input {",
+    "    type filter hook input priority filter; policy drop;",
+    '    iif "lo" accept',
+    "    ct state established,related accept",
+    '    iifname "br0" accept',
+    "  }",
+    "  chain actions {",
+    "  }",
+)
+
+
 def public_ruleset(kind: NatKind) -> str:
     """Ruleset of a ``public`` router (a campus server network): no NAT, everything forwarded
     both ways; the router itself only answers its LAN."""
@@ -62,14 +76,7 @@ def public_ruleset(kind: NatKind) -> str:
         f"table {TABLE}",
         f"delete table {TABLE}",
         f"table {TABLE} {{",
-        "  chain input {",
-        "    type filter hook input priority filter; policy drop;",
-        '    iif "lo" accept',
-        "    ct state established,related accept",
-        '    iifname "br0" accept',
-        "  }",
-        "  chain actions {",
-        "  }",
+        *_INPUT_AND_ACTIONS,
         "  chain forward {",
         "    type filter hook forward priority filter; policy accept;",
         "    jump actions",
@@ -114,14 +121,7 @@ def router_ruleset(kind: NatKind, wan_address: str, control_address: str, stun_p
             "  }",
         ]
     lines += [
-        "  chain input {",
-        "    type filter hook input priority filter; policy drop;",
-        '    iif "lo" accept',
-        "    ct state established,related accept",
-        '    iifname "br0" accept',
-        "  }",
-        "  chain actions {",
-        "  }",
+        *_INPUT_AND_ACTIONS,
         "  chain forward {",
         "    type filter hook forward priority filter; policy drop;",
         "    jump actions",
