@@ -1,0 +1,48 @@
+"""The node benchmark's report: per-phase summaries and the markdown table bench_node prints."""
+from __future__ import annotations
+
+from typing import Any, Dict
+
+from ..stats import summary
+
+TARGET_NODE_LATENCY_S = 2.0
+
+
+def summarize_path(p: Dict[str, Any]) -> Dict[str, Any]:
+    out = {}
+    for phase in ("block", "unblock"):
+        recs = [t[phase] for t in p.get("trials", []) if phase in t and "node_latency_s" in t[phase]]
+        out[phase] = {"node_latency_s": summary([r["node_latency_s"] for r in recs]),
+                      "node_stamp_latency_s": summary([r["node_stamp_latency_s"] for r in recs]),
+                      "tailscaled_s": summary([r["tailscaled_s"] for r in recs])}
+    return out
+
+
+def table(result: Dict[str, Any]) -> str:
+    lines = ["| measurement | condition | result |", "|---|---|---|"]
+    p = result.get("path_change")
+    if p:
+        s = p["summary"]
+        for phase, label in (("block", "direct -> derp (UDP blocked at b1)"),
+                             ("unblock", "derp -> direct (UDP unblocked)")):
+            n, t = s[phase]["node_latency_s"], s[phase]["tailscaled_s"]
+            if n.get("n"):
+                ok = "meets" if n["max"] < TARGET_NODE_LATENCY_S else "MISSES"
+                lines.append(f"| node latency t_ros - t_ts | {label}, n={n['n']} | mean {n['mean']:.3f} s, "
+                             f"max {n['max']:.3f} s ({ok} < {TARGET_NODE_LATENCY_S:.0f} s) |")
+                lines.append(f"| tailscaled t_ts - t_action | {label}, n={t['n']} | mean {t['mean']:.2f} s, "
+                             f"min {t['min']:.2f} s, max {t['max']:.2f} s |")
+            else:
+                lines.append(f"| path change | {label} | no complete trial |")
+        for e in p.get("errors", []):
+            lines.append(f"| path change error | | {e[:200]} |")
+    for c in result.get("cpu", []):
+        if "cpu_mean_pct" in c:
+            lines.append(f"| node CPU / RSS | {c['peers']} peers ({c.get('topic_peers', 0)} streaming to this "
+                         f"machine), fake tailscaled {'with' if c.get('ipn_bus') else 'without'} IPN bus, "
+                         f"{c['wall_s']:.0f} s, defaults (poll 4 Hz, 2 Hz with the bus, publish 1 Hz, "
+                         f"ping 5 s) | CPU mean {c['cpu_mean_pct']:.1f} % "
+                         f"of one core (1-s max {c['cpu_max_1s_pct']:.0f} %), RSS max {c['rss_max_mib']:.1f} MiB |")
+        else:
+            lines.append(f"| node CPU / RSS | {c['peers']} peers | error: {c.get('error', '?')[:200]} |")
+    return "\n".join(lines)
