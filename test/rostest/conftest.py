@@ -4,29 +4,19 @@
 yields the environment to run nodes with (ROS_MASTER_URI, ROS_IP=127.0.0.1, no ROS_HOSTNAME).
 Stopped by pid (SIGINT to its process group, SIGKILL after 15 s) whatever the tests did.
 """
-import os
-import signal
 import socket
 import subprocess
 
 import pytest
+from ros_graph import free_port, ros_env, stop_all
 
-from overlay_manager import children, waiting
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on right now."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from overlay_manager import waiting
 
 
 @pytest.fixture(scope="module")
 def master(tmp_path_factory):
     port = free_port()
-    home = tmp_path_factory.mktemp("roshome")
-    env = dict(os.environ, ROS_MASTER_URI=f"http://127.0.0.1:{port}", ROS_IP="127.0.0.1", ROS_HOME=str(home))
-    env.pop("ROS_HOSTNAME", None)
+    env = ros_env(port, tmp_path_factory.mktemp("roshome"))
     proc = subprocess.Popen(["roscore", "-p", str(port)], env=env, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL, start_new_session=True)
 
@@ -40,4 +30,4 @@ def master(tmp_path_factory):
         waiting.wait_for(f"roscore on port {port}", up, 30, interval=0.2, fatal=(RuntimeError,))
         yield env
     finally:
-        children.stop(proc, 15.0, signal.SIGINT)  # roscore then stops rosmaster and rosout
+        stop_all([proc], 15.0)  # roscore then stops rosmaster and rosout

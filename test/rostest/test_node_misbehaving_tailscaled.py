@@ -12,7 +12,6 @@ Measured times are printed (pytest -s shows them).
 import json
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -20,12 +19,11 @@ import time
 
 import pytest
 import yaml
+from ros_graph import free_port, ros_env, stop_all, wait
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "unit"))
 from tsfake import FakeTailscaled  # noqa: E402
-
-from overlay_manager import children, waiting  # noqa: E402
 
 pytestmark = pytest.mark.skipif(shutil.which("roscore") is None, reason="ROS not installed (scripts/setup)")
 
@@ -36,22 +34,6 @@ MAX_GAP_S = 1.0 / (0.8 * PUBLISH_RATE)
 UINT64_MAX = 2 ** 64 - 1
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _wait(what, check, timeout, detail=lambda: ""):
-    """overlay_manager.waiting.wait_for every 0.05 s; a timeout fails the test (AssertionError)."""
-    return waiting.wait_for(what, check, timeout, interval=0.05, detail=detail, error=AssertionError)
-
-
-def _stop(proc, grace=10.0):
-    """SIGINT to the process group (roslaunch stops its nodes), SIGKILL after grace seconds."""
-    children.stop(proc, grace, signal.SIGINT)
-
-
 class Rig:
     """fake tailscaled + roscore + the node + a recorder, all run-scoped, stopped by pid."""
 
@@ -59,15 +41,12 @@ class Rig:
         self.tmp = tmp
         self.fake = FakeTailscaled(ipn_bus=True)  # as tailscaled: the node reads status at bus_poll_rate
         self.procs = []
-        port = _free_port()
-        self.env = dict(os.environ, ROS_MASTER_URI=f"http://127.0.0.1:{port}", ROS_IP="127.0.0.1",
-                        ROS_HOME=str(tmp / "roshome"), ROS_LOG_DIR=str(tmp / "roslog"))
-        self.env.pop("ROS_HOSTNAME", None)
-        self.env["PATH"] = "/usr/bin:/bin:/usr/sbin:/sbin:" + self.env.get("PATH", "")
+        port = free_port()
+        self.env = ros_env(port, tmp / "roshome", tmp / "roslog")
         self.record = tmp / "topics.jsonl"
         self.node_log = tmp / "node.log"
         self._start(["roscore", "-p", str(port)], tmp / "roscore.log")
-        _wait(f"roscore on 127.0.0.1:{port}", lambda: self._answers(port), 30)
+        wait(f"roscore on 127.0.0.1:{port}", lambda: self._answers(port), 30, interval=0.05)
         cfg = {"hostname": "robota", "login_server": "http://10.250.0.1:8080", "base_domain": "fleet.internal",
                "master": "robota", "tailscale": {"socket": self.fake.socket_path, "cli": "/bin/false"},
                "node": {"iperf_server": False, "netcheck_interval": 0, "preflight_interval": 0,
@@ -109,7 +88,8 @@ class Rig:
     def first(self, since, topic, pred, timeout, what):
         def find():
             return next((e for e in self.events(since, topic) if pred(e)), None)
-        return _wait(what, find, timeout, lambda: f"{self.events(since, topic)[-3:]}; node log: {self.tail()}")
+        return wait(what, find, timeout, lambda: f"{self.events(since, topic)[-3:]}; node log: {self.tail()}",
+                    interval=0.05)  # the deadlines here are 2 s
 
     def wait_fresh(self, since, timeout):
         return self.first(since, "status", lambda e: not e["stale"], timeout, "a fresh ~status")
@@ -121,8 +101,7 @@ class Rig:
             return ""
 
     def close(self):
-        for p in reversed(self.procs):
-            _stop(p)
+        stop_all(self.procs, 10.0)
         self.fake.close()
 
 

@@ -11,7 +11,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -19,12 +18,11 @@ import xmlrpc.client
 
 import pytest
 import yaml
+from ros_graph import free_port, ros_env, stop_all, wait
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "unit"))
 from tsfake import FakeTailscaled  # noqa: E402
-
-from overlay_manager import waiting  # noqa: E402
 
 pytestmark = pytest.mark.skipif(shutil.which("roslaunch") is None, reason="ROS not installed (scripts/setup)")
 HAVE_AGGREGATOR = os.path.exists("/usr/lib/diagnostic_aggregator/aggregator_node") or bool(
@@ -38,17 +36,6 @@ LINK_GHOST = "/Overlay/Links/robota overlay_manager: peer ghost"
 STALE = 3  # diagnostic_msgs/DiagnosticStatus.STALE
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _wait(what, check, timeout, detail=lambda: ""):
-    """overlay_manager.waiting.wait_for every 0.1 s; a timeout fails the test (AssertionError)."""
-    return waiting.wait_for(what, check, timeout, interval=0.1, detail=detail, error=AssertionError)
-
-
 class Launch:
     """roslaunch robot.launch (+ its roscore), monitor.launch and a recorder; stopped by pid."""
 
@@ -56,12 +43,9 @@ class Launch:
         self.tmp = tmp
         self.fake = FakeTailscaled()
         self.procs = []
-        self.port = _free_port()
-        self.env = dict(os.environ, ROS_MASTER_URI=f"http://127.0.0.1:{self.port}", ROS_IP="127.0.0.1",
-                        ROS_HOME=str(tmp / "roshome"), ROS_LOG_DIR=str(tmp / "roslog"))
-        for k in ("ROS_HOSTNAME", "OVERLAY_MANAGER_HOST", "OVERLAY_MANAGER_CONFIG"):
-            self.env.pop(k, None)
-        self.env["PATH"] = "/usr/bin:/bin:/usr/sbin:/sbin:" + self.env.get("PATH", "")
+        self.port = free_port()
+        self.env = ros_env(self.port, tmp / "roshome", tmp / "roslog",
+                           drop=("OVERLAY_MANAGER_HOST", "OVERLAY_MANAGER_CONFIG"))
         self.hosts = tmp / "hosts"
         self.hosts.write_text("127.0.0.1 localhost\n")
         cfg = {"hostname": "robota", "login_server": "http://10.250.0.1:8080", "base_domain": "fleet.internal",
@@ -76,7 +60,7 @@ class Launch:
         self.robot = self._start(["roslaunch", "-p", str(self.port), "overlay_manager", "robot.launch",
                                   f"config:={self.config}", "ns:=robota", f"respawn_delay:={RESPAWN_DELAY_S}",
                                   *robot_args], self.log)
-        _wait(f"{NODE} registered with the master on port {self.port}", self.node_uri, 60, self.tail)
+        wait(f"{NODE} registered with the master on port {self.port}", self.node_uri, 60, self.tail)
         if monitor:
             self._start(["roslaunch", "--wait", "overlay_manager", "monitor.launch", "gui:=false"],
                         tmp / "monitor.launch.log")
@@ -123,17 +107,10 @@ class Launch:
         return last
 
     def wait_agg(self, since, what, pred, timeout):
-        return _wait(what, lambda: pred(self.agg(since)), timeout, lambda: f"{self.agg(since)}; {self.tail()}")
+        return wait(what, lambda: pred(self.agg(since)), timeout, lambda: f"{self.agg(since)}; {self.tail()}")
 
     def close(self):
-        for p in reversed(self.procs):
-            if p.poll() is None:
-                os.killpg(p.pid, signal.SIGINT)
-                try:
-                    p.wait(15)
-                except subprocess.TimeoutExpired:
-                    os.killpg(p.pid, signal.SIGKILL)
-                    p.wait(5)
+        stop_all(self.procs, 15.0)
         self.fake.close()
 
 
@@ -143,7 +120,7 @@ def test_config_settings_apply_without_launch_args(tmp_path):
         for key in ("manage_hosts", "hosts_file", "ping_interval", "iperf_server"):
             assert not launch.has_param(f"{NODE}/{key}"), f"robot.launch set ~{key} although no argument was given"
         assert launch.has_param(f"{NODE}/config")
-        _wait(f"the managed block in {launch.hosts} (config: node.manage_hosts true)",
+        wait(f"the managed block in {launch.hosts} (config: node.manage_hosts true)",
               lambda: "100.64.0.2 robotb.fleet.internal robotb" in launch.hosts.read_text(), 30,
               lambda: launch.hosts.read_text() + launch.tail())
     finally:
@@ -197,11 +174,8 @@ def _has_bondpy() -> bool:
 def test_monitor_launch_adds_analyzers_to_a_running_aggregator(tmp_path):
     """aggregator:=false: the robot already runs an aggregator (here one without analyzers);
     monitor.launch adds ours to it (add_analyzers), and overlay statuses leave "Other"."""
-    port = _free_port()
-    env = dict(os.environ, ROS_MASTER_URI=f"http://127.0.0.1:{port}", ROS_IP="127.0.0.1",
-               ROS_HOME=str(tmp_path), ROS_LOG_DIR=str(tmp_path / "log"))
-    env.pop("ROS_HOSTNAME", None)
-    env["PATH"] = "/usr/bin:/bin:/usr/sbin:/sbin:" + env.get("PATH", "")
+    port = free_port()
+    env = ros_env(port, tmp_path, tmp_path / "log")
     record = tmp_path / "agg.jsonl"
     procs = []
 
@@ -220,7 +194,7 @@ def test_monitor_launch_adds_analyzers_to_a_running_aggregator(tmp_path):
             except OSError:
                 return False
 
-        _wait(f"roscore on port {port}", master_up, 30, lambda: (tmp_path / "roscore.log").read_text()[-1000:])
+        wait(f"roscore on port {port}", master_up, 30, lambda: (tmp_path / "roscore.log").read_text()[-1000:])
         start(["rosrun", "diagnostic_aggregator", "aggregator_node", "__name:=diagnostic_aggregator"], "aggregator")
         start([sys.executable, os.path.join(HERE, "record_diag_agg.py"), str(record)], "recorder")
         start(["rostopic", "pub", "-r", "2", "/diagnostics", "diagnostic_msgs/DiagnosticArray",
@@ -239,14 +213,7 @@ def test_monitor_launch_adds_analyzers_to_a_running_aggregator(tmp_path):
                         continue
             return {LINK_B, MACHINE} <= names
 
-        _wait("add_analyzers to file the statuses under /Overlay", filed, 60,
+        wait("add_analyzers to file the statuses under /Overlay", filed, 60,
               lambda: (tmp_path / "monitor.launch.log").read_text()[-1500:])
     finally:
-        for p in reversed(procs):
-            if p.poll() is None:
-                os.killpg(p.pid, signal.SIGINT)
-                try:
-                    p.wait(15)
-                except subprocess.TimeoutExpired:
-                    os.killpg(p.pid, signal.SIGKILL)
-                    p.wait(5)
+        stop_all(procs, 15.0)

@@ -1,9 +1,9 @@
 """files.atomic_write: content, mode from the first byte, fixed temp name, cleanup on errors."""
 import os
 import stat
-import threading
 
 import pytest
+from concurrent_calls import call_concurrently
 
 from overlay_manager import files
 
@@ -67,20 +67,7 @@ def test_text_is_refused(tmp_path):
 def test_concurrent_writers_take_turns(tmp_path):
     p = tmp_path / "f"
     payloads = [bytes([65 + i]) * 200_000 for i in range(6)]
-    errors = []
-
-    def run(data):
-        try:
-            for _ in range(5):
-                files.atomic_write(p, data, 0o644)
-        except Exception as exc:  # noqa: BLE001 - collected and asserted below
-            errors.append(exc)
-    threads = [threading.Thread(target=run, args=(d,)) for d in payloads]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert errors == []
+    assert call_concurrently(lambda data: files.atomic_write(p, data, 0o644), payloads, repeat=5) == []
     assert p.read_bytes() in payloads
     assert _leftovers(tmp_path) == []
 

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import copy
 import os
 import sys
 from pathlib import Path
 from typing import Any, Dict
 
 import pytest
+from fleet_files import fleet_data
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
@@ -22,22 +22,16 @@ from overlay_manager.fleet.config import (  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 
-BASE: Dict[str, Any] = {
-    "fleet": "lab",
-    "base_domain": "fleet.internal",
-    "server": {"url": "https://10.231.0.2:8443"},
-    "teams": {
-        "alpha": {"master": "alpha-base", "robots": ["alpha-robot1", "alpha-robot2"],
-                  "base_stations": ["alpha-base"], "operators": ["alpha-op"]},
-        "bravo": {"robots": ["bravo-robot1"]},
-    },
+TEAMS: Dict[str, Any] = {
+    "alpha": {"master": "alpha-base", "robots": ["alpha-robot1", "alpha-robot2"],
+              "base_stations": ["alpha-base"], "operators": ["alpha-op"]},
+    "bravo": {"robots": ["bravo-robot1"]},
 }
 
 
 def fleet(**changes: Any) -> Dict[str, Any]:
-    d = copy.deepcopy(BASE)
-    d.update(changes)
-    return d
+    """The test fleet (teams alpha and bravo) with top-level keys replaced by ``changes``."""
+    return fleet_data(TEAMS, **changes)
 
 
 def error(data: Any) -> ConfigError:

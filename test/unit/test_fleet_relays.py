@@ -10,6 +10,7 @@ from typing import Any, Dict
 
 import pytest
 import yaml
+from fleet_files import fleet_data
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
@@ -20,28 +21,22 @@ from overlay_manager.validation import ConfigError  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 
-BASE: Dict[str, Any] = {
-    "fleet": "lab",
-    "base_domain": "fleet.internal",
-    "server": {"url": "https://10.231.0.2:8443"},
-    "teams": {
-        "alpha": {"robots": ["alpha-robot1", "alpha-robot2"], "base_stations": ["campus-relay"],
-                  "operators": ["alpha-op"]},
-        "bravo": {"robots": ["bravo-robot1"], "operators": ["bravo-op"]},
-    },
+TEAMS: Dict[str, Any] = {
+    "alpha": {"robots": ["alpha-robot1", "alpha-robot2"], "base_stations": ["campus-relay"],
+              "operators": ["alpha-op"]},
+    "bravo": {"robots": ["bravo-robot1"], "operators": ["bravo-op"]},
 }
 
 
 def fleet_with(relays: Any) -> Any:
-    data = copy.deepcopy(BASE)
-    data["relays"] = relays
-    return load_fleet_dict(data, "fleet.yaml")
+    """The test fleet (campus-relay an alpha base station) with this ``relays`` section, loaded."""
+    return load_fleet_dict(fleet_data(TEAMS, relays=relays), "fleet.yaml")
 
 
 def test_defaults() -> None:
     f = fleet_with({"campus-relay": None})
     assert f.relays == {"campus-relay": Relay("campus-relay", 40000, (), ("alpha", "bravo"))}
-    assert load_fleet_dict(copy.deepcopy(BASE), "fleet.yaml").relays == {}
+    assert load_fleet_dict(fleet_data(TEAMS), "fleet.yaml").relays == {}
 
 
 def test_full_entry_canonical() -> None:
@@ -121,7 +116,7 @@ def test_team_isolation_holds_with_a_relay() -> None:
 
 
 def test_no_relays_no_grants() -> None:
-    p = policy.generate_policy(load_fleet_dict(copy.deepcopy(BASE), "fleet.yaml"))
+    p = policy.generate_policy(load_fleet_dict(fleet_data(TEAMS), "fleet.yaml"))
     assert "grants" not in p and "tag:relay" not in p["tagOwners"]
 
 

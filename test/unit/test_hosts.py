@@ -1,10 +1,10 @@
 """Managed hosts block: bytes outside kept exactly, split horizon, crash-safe writer, kill injection."""
 import os
 import stat
-import threading
 
 import hosts_kill as K
 import pytest
+from concurrent_calls import call_concurrently
 
 from overlay_manager import files as F
 from overlay_manager import hosts as H
@@ -227,20 +227,7 @@ def test_concurrent_updaters_take_turns(tmp_path):
     p = tmp_path / "hosts"
     p.write_bytes(OUTSIDE)
     sets = [K.FEW, K.MANY, [("100.64.0.5", FQDN_A)]]
-    errors = []
-
-    def run(entries):
-        try:
-            for _ in range(20):
-                H.update_hosts_file(str(p), entries)
-        except Exception as exc:  # noqa: BLE001 - asserted below
-            errors.append(exc)
-    threads = [threading.Thread(target=run, args=(s,)) for s in sets]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert errors == []
+    assert call_concurrently(lambda entries: H.update_hosts_file(str(p), entries), sets, repeat=20) == []
     assert p.read_bytes() in [OUTSIDE + _block(s) for s in sets]
     assert os.listdir(tmp_path) == ["hosts"]
 

@@ -1,0 +1,66 @@
+"""Helpers of the rostest-level tests that run a ROS graph of their own on loopback.
+
+- :func:`free_port`: a loopback TCP port for a roscore of the test's own;
+- :func:`ros_env`: the environment its processes run with (that master, ROS_IP 127.0.0.1,
+  ROS_HOME and logs in the test's temporary directory, Debian's ROS Python first on PATH);
+- :func:`wait`: a bounded poll whose timeout fails the test and says what it waited for;
+- :func:`stop_all`: stops what a test started, by pid, last started first.
+
+A plain module next to the tests: pytest puts this directory on ``sys.path`` (it has no
+``__init__.py``), so the tests and conftest.py import it by name.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+from pathlib import Path
+from typing import Callable, Dict, Iterable, Optional, Sequence, TypeVar, Union
+
+from overlay_manager import children, waiting
+
+T = TypeVar("T")
+
+ROS_PATH = "/usr/bin:/bin:/usr/sbin:/sbin"
+"""Put first on PATH: ROS 1 runs under /usr/bin/python3, not a python3 that happens to be first."""
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on right now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def ros_env(port: int, home: Union[str, Path], log_dir: Optional[Union[str, Path]] = None,
+            drop: Iterable[str] = ()) -> Dict[str, str]:
+    """This process's environment for the nodes of a graph whose master is on 127.0.0.1:``port``.
+
+    Args:
+        port: the roscore's TCP port on loopback.
+        home: ROS_HOME (roslaunch and rosout write there instead of ~/.ros).
+        log_dir: ROS_LOG_DIR when given (else ROS's default under ROS_HOME).
+        drop: more variables to remove (ROS_HOSTNAME is always removed: ROS_IP names the node).
+    """
+    env = dict(os.environ, ROS_MASTER_URI=f"http://127.0.0.1:{port}", ROS_IP="127.0.0.1", ROS_HOME=str(home))
+    if log_dir is not None:
+        env["ROS_LOG_DIR"] = str(log_dir)
+    for key in ("ROS_HOSTNAME", *drop):
+        env.pop(key, None)
+    env["PATH"] = ROS_PATH + ":" + env.get("PATH", "")
+    return env
+
+
+def wait(what: str, check: Callable[[], Optional[T]], timeout: float,
+         detail: Optional[Callable[[], str]] = None, interval: float = 0.1) -> T:
+    """:func:`overlay_manager.waiting.wait_for` every ``interval`` seconds; a timeout (``timeout``
+    seconds) fails the test with an AssertionError naming ``what`` and ``detail()``."""
+    return waiting.wait_for(what, check, timeout, interval=interval, detail=detail, error=AssertionError)
+
+
+def stop_all(procs: Sequence[subprocess.Popen], grace_s: float = 15.0) -> None:
+    """Stop the processes in reverse start order: SIGINT to each one's process group (roslaunch
+    then stops its nodes, roscore its master), SIGKILL after ``grace_s`` seconds."""
+    for proc in reversed(procs):
+        children.stop(proc, grace_s, signal.SIGINT)
