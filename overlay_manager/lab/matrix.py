@@ -159,6 +159,43 @@ def _version(lab: Lab, binary: str) -> str:
         return "?"
 
 
+UNEXPLAINED = "not explained yet: see the ping output in the JSON"
+"""The note of a cell that missed its expectation for a reason NOTES does not give."""
+
+
+def note_surprises(results: Sequence[Dict[str, Any]]) -> None:
+    """Give every cell whose observed path is not its expected one a ``note``: the explanation in
+    NOTES, else :data:`UNEXPLAINED`."""
+    for r in results:
+        if r["observed"] != r["expected"]:
+            r["note"] = NOTES.get((r["a"], r["b"]), UNEXPLAINED)
+
+
+def _run_meta(lab: Lab, count: int, parallel: int, t0: float, setup_s: float,
+              results: Sequence[Dict[str, Any]]) -> Dict[str, Any]:
+    """What every report's header says: date, versions, ping settings, seconds (setup, total since
+    ``t0`` on the monotonic clock), cells and how many agree with the model."""
+    return {"date": time.strftime("%Y-%m-%d %H:%M"), "tailscale": _version(lab, "tailscale"),
+            "headscale": _version(lab, "headscale"), "count": count, "parallel": parallel,
+            "setup_seconds": setup_s, "seconds": time.monotonic() - t0, "cells": len(results),
+            "agree": sum(r["observed"] == r["expected"] for r in results)}
+
+
+def _release(lab: Lab, keep: bool) -> None:
+    """Take the lab down, or with ``keep`` leave it up and say how to take it down later."""
+    if keep:
+        print(f"[nat-matrix] keeping run {lab.run_id}: scripts/lab --run-id {lab.run_id} down")
+    else:
+        lab.down()
+
+
+def write_report(out_dir: Path, stem: str, data: Dict[str, Any], markdown: str) -> None:
+    """``<out_dir>/<stem>.json`` (the data, indented) and ``<stem>.md`` (the rendered tables)."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / f"{stem}.json").write_text(json.dumps(data, indent=2) + "\n")
+    (out_dir / f"{stem}.md").write_text(markdown)
+
+
 def run(out_dir: Path, count: int = 10, parallel: int = 6, run_id: Optional[str] = None,
         keep: bool = False) -> Dict[str, Any]:
     """Build the matrix lab, measure every cell, write the markdown and JSON; returns the data."""
@@ -169,23 +206,13 @@ def run(out_dir: Path, count: int = 10, parallel: int = 6, run_id: Optional[str]
         lab.tailscale_up_all(timeout=90)
         setup_s = time.monotonic() - t0
         results = run_cells(lab, cells(), count, parallel)
-        for r in results:
-            if r["observed"] != r["expected"]:
-                r["note"] = NOTES.get((r["a"], r["b"]), "not explained yet: see the ping output in the JSON")
-        meta = {"date": time.strftime("%Y-%m-%d %H:%M"), "tailscale": _version(lab, "tailscale"),
-                "headscale": _version(lab, "headscale"), "count": count, "parallel": parallel,
-                "setup_seconds": setup_s, "seconds": time.monotonic() - t0, "cells": len(results),
-                "agree": sum(r["observed"] == r["expected"] for r in results),
-                "rule_agree": sum(r["observed"] == r["rule_of_thumb"] for r in results), "run_id": lab.run_id}
+        note_surprises(results)
+        meta = _run_meta(lab, count, parallel, t0, setup_s, results)
+        meta.update(rule_agree=sum(r["observed"] == r["rule_of_thumb"] for r in results), run_id=lab.run_id)
     finally:
-        if keep:
-            print(f"[nat-matrix] keeping run {lab.run_id}: scripts/lab --run-id {lab.run_id} down")
-        else:
-            lab.down()
-    out_dir.mkdir(parents=True, exist_ok=True)
+        _release(lab, keep)
     data = {"meta": meta, "kinds": list(KINDS), "cells": results}
-    (out_dir / "nat_matrix.json").write_text(json.dumps(data, indent=2) + "\n")
-    (out_dir / "nat_matrix.md").write_text(render_markdown(results, meta))
+    write_report(out_dir, "nat_matrix", data, render_markdown(results, meta))
     print(f"[nat-matrix] wrote {out_dir / 'nat_matrix.md'} and nat_matrix.json "
           f"({meta['agree']}/{meta['cells']} agree, {meta['seconds']:.0f} s)")
     return data
@@ -245,29 +272,19 @@ def run_relay(out_dir: Path, count: int = 10, parallel: int = 6, run_id: Optiona
         time.sleep(relay_wait_s)
         again = [c for c in todo if next(r for r in plain if (r["a"], r["b"]) == c[:2])["observed"] != "direct"]
         relayed = run_cells(lab, again, count, parallel, model=expected_with_relay)
-        for r in plain + relayed:
-            if r["observed"] != r["expected"]:
-                r["note"] = NOTES.get((r["a"], r["b"]), "not explained yet: see the ping output in the JSON")
+        note_surprises(plain + relayed)
         by_relay = {(r["a"], r["b"]): r for r in relayed}
         final = [by_relay.get((r["a"], r["b"]), r) for r in plain]
-        meta = {"date": time.strftime("%Y-%m-%d %H:%M"), "tailscale": _version(lab, "tailscale"),
-                "headscale": _version(lab, "headscale"), "count": count, "parallel": parallel,
-                "setup_seconds": setup_s, "seconds": time.monotonic() - t0, "cells": len(plain),
-                "agree": sum(r["observed"] == r["expected"] for r in plain),
-                "relay_agree": sum(r["observed"] == expected_with_relay(r["a"], r["b"])[0] for r in final),
-                "derp_before": sum(r["observed"] == "derp" for r in plain),
-                "derp_after": sum(r["observed"] == "derp" for r in final),
-                "peer_relay_after": sum(r["observed"] == "peer-relay" for r in final),
-                "relay_wait_s": relay_wait_s, "run_id": lab.run_id}
+        meta = _run_meta(lab, count, parallel, t0, setup_s, plain)
+        meta.update(relay_agree=sum(r["observed"] == expected_with_relay(r["a"], r["b"])[0] for r in final),
+                    derp_before=sum(r["observed"] == "derp" for r in plain),
+                    derp_after=sum(r["observed"] == "derp" for r in final),
+                    peer_relay_after=sum(r["observed"] == "peer-relay" for r in final),
+                    relay_wait_s=relay_wait_s, run_id=lab.run_id)
     finally:
-        if keep:
-            print(f"[nat-matrix] keeping run {lab.run_id}: scripts/lab --run-id {lab.run_id} down")
-        else:
-            lab.down()
-    out_dir.mkdir(parents=True, exist_ok=True)
+        _release(lab, keep)
     data = {"meta": meta, "kinds": list(RELAY_KINDS), "cells": plain, "relay_cells": relayed}
-    (out_dir / "nat_matrix_relay.json").write_text(json.dumps(data, indent=2) + "\n")
-    (out_dir / "nat_matrix_relay.md").write_text(render_relay_markdown(plain, relayed, meta))
+    write_report(out_dir, "nat_matrix_relay", data, render_relay_markdown(plain, relayed, meta))
     print(f"[nat-matrix] wrote {out_dir / 'nat_matrix_relay.md'} and nat_matrix_relay.json "
           f"(derp cells {meta['derp_before']} -> {meta['derp_after']}, {meta['seconds']:.0f} s)")
     return data
@@ -291,14 +308,11 @@ def rerender(json_path: Path, out_dir: Path) -> Dict[str, Any]:
     for r in data["cells"]:
         r["rule_of_thumb"] = rule_of_thumb(r["a"], r["b"])
         r["expected"], r["reason"] = expected(r["a"], r["b"])
-        if r["observed"] != r["expected"]:
-            r["note"] = NOTES.get((r["a"], r["b"]), "not explained yet: see the ping output in the JSON")
+    note_surprises(data["cells"])
     m = data["meta"]
     m["agree"] = sum(r["observed"] == r["expected"] for r in data["cells"])
     m["rule_agree"] = sum(r["observed"] == r["rule_of_thumb"] for r in data["cells"])
-    out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / "nat_matrix.json").write_text(json.dumps(data, indent=2) + "\n")
-    (out_dir / "nat_matrix.md").write_text(render_markdown(data["cells"], m))
+    write_report(out_dir, "nat_matrix", data, render_markdown(data["cells"], m))
     return data
 
 
