@@ -99,22 +99,24 @@ def shorten(value: Any, limit: int = VALUE_CHARS) -> str:
     return text
 
 
+_TYPE_NAMES: Tuple[Tuple[type, str], ...] = (
+    (bool, "a boolean"),   # before int: a bool is an int
+    (int, "an integer"),
+    (float, "a number"),
+    (str, "a string"),
+    (dict, "a mapping"),
+    (list, "a list"),
+)
+"""What errors call the types a YAML document holds, checked in this order."""
+
+
 def type_name(value: Any) -> str:
     """Human name of a YAML value's type (``a mapping``, ``a list``, ``a string`` ...)."""
     if value is None:
         return "nothing (null)"
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, int):
-        return "an integer"
-    if isinstance(value, float):
-        return "a number"
-    if isinstance(value, str):
-        return "a string"
-    if isinstance(value, dict):
-        return "a mapping"
-    if isinstance(value, list):
-        return "a list"
+    for kind, name in _TYPE_NAMES:
+        if isinstance(value, kind):
+            return name
     return f"a {type(value).__name__}"
 
 

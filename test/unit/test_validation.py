@@ -28,6 +28,7 @@ from overlay_manager.validation import (  # noqa: E402
     parse_yaml,
     redact,
     shorten,
+    type_name,
 )
 
 REPO = Path(__file__).resolve().parents[2]
@@ -518,3 +519,11 @@ def test_secret_pasted_as_a_key_is_redacted(tmp_path: Path, loader: str) -> None
     with pytest.raises(ConfigError) as info:
         LOADERS[loader](str(path))
     check_message(info.value, path, "<redacted>", "unknown key")
+
+
+@pytest.mark.parametrize("value,name", [
+    (None, "nothing (null)"), (True, "a boolean"), (False, "a boolean"), (3, "an integer"), (2.5, "a number"),
+    ("x", "a string"), ({}, "a mapping"), ([], "a list"), (b"x", "a bytes"), (datetime(2026, 1, 1), "a datetime"),
+])
+def test_type_name_says_what_a_yaml_value_is(value: Any, name: str) -> None:
+    assert type_name(value) == name
