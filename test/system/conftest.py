@@ -10,6 +10,9 @@ Fixtures
 ``two_buildings_lab`` (session)
     config/lab/two_buildings.yaml up, tailscaled running on robot1 (b1) and laptop (b2), not
     enrolled (the node enrols them through robot.launch).
+``two_buildings_robots`` (module)
+    two_buildings_lab with robot.launch on robot1 (the master) and laptop, both nodes listing a
+    peer; the launches are stopped by pid at the end of the module.
 ``lab_required`` (function)
     skips the test, saying what is missing, when the lab cannot run here.
 ``host_network_snapshot`` (function)
@@ -32,7 +35,7 @@ REPO = Path(__file__).resolve().parents[2]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from overlay_manager.lab import Lab, missing_prerequisites  # noqa: E402
+from overlay_manager.lab import Lab, missing_prerequisites, robots  # noqa: E402
 
 TWO_BUILDINGS = REPO / "config" / "lab" / "two_buildings.yaml"
 
@@ -80,6 +83,15 @@ def lab_factory(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[.
 def two_buildings_lab(lab_factory: Callable[..., Lab]) -> Lab:
     """config/lab/two_buildings.yaml: robot1 in b1, laptop in b2, tailscaled up, not enrolled."""
     return lab_factory(TWO_BUILDINGS)
+
+
+@pytest.fixture(scope="module")
+def two_buildings_robots(two_buildings_lab: Lab) -> Iterator[Lab]:
+    """robot.launch on robot1 (master) and laptop of two_buildings_lab; stopped by pid at the end."""
+    lab = two_buildings_lab
+    with robots.processes(lab, ("robot1", "laptop")) as procs:
+        robots.start_master_then(lab, "robot1", ["laptop"], procs)
+        yield lab
 
 
 def _snapshot() -> Dict[str, bytes]:

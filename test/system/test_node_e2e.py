@@ -13,25 +13,14 @@ import json
 import time
 from pathlib import Path
 
-import pytest
-
 from overlay_manager.lab import robots
 
 ROBOT, LAPTOP = "robot1", "laptop"
 N_ROBOT, N_LAPTOP = f"/{ROBOT}/overlay_manager", f"/{LAPTOP}/overlay_manager"
 
 
-@pytest.fixture(scope="module")
-def fleet_up(two_buildings_lab):
-    """robot.launch on robot1 (master) and laptop; stopped by pid at the end."""
-    lab = two_buildings_lab
-    with robots.processes(lab, (ROBOT, LAPTOP)) as procs:
-        robots.start_master_then(lab, ROBOT, [LAPTOP], procs)
-        yield lab
-
-
-def test_each_node_lists_the_other_with_overlay_name(fleet_up):
-    lab = fleet_up
+def test_each_node_lists_the_other_with_overlay_name(two_buildings_robots):
+    lab = two_buildings_robots
     for host, other, node in ((ROBOT, LAPTOP, N_ROBOT), (LAPTOP, ROBOT, N_LAPTOP)):
         msg = robots.peers(lab, host, min_peers=1, node=node)
         assert msg["self_peer"]["dns_name"] == f"{host}.fleet.internal"
@@ -42,8 +31,8 @@ def test_each_node_lists_the_other_with_overlay_name(fleet_up):
         assert peer["online"] and peer["addresses"][0] == lab.overlay_ip(other)
 
 
-def test_reported_path_is_the_proved_path(fleet_up):
-    lab = fleet_up
+def test_reported_path_is_the_proved_path(two_buildings_robots):
+    lab = two_buildings_robots
     ping = robots.call(lab, LAPTOP, f"{N_LAPTOP}/ping_peer", "overlay_manager/PingPeer",
                        name=ROBOT, count=3, timeout=5.0)
     assert ping["ok"], ping["message"]
@@ -63,8 +52,8 @@ def test_reported_path_is_the_proved_path(fleet_up):
     assert peer["latency_ms"] is not None and peer["latency_ms"] > 0
 
 
-def test_services_answer(fleet_up):
-    lab = fleet_up
+def test_services_answer(two_buildings_robots):
+    lab = two_buildings_robots
     got = robots.call(lab, LAPTOP, f"{N_LAPTOP}/get_peer", "overlay_manager/GetPeer", name=lab.overlay_ip(ROBOT))
     assert got["found"] and got["peer"]["name"] == ROBOT
     miss = robots.call(lab, LAPTOP, f"{N_LAPTOP}/get_peer", "overlay_manager/GetPeer", name="ghost")
@@ -94,8 +83,8 @@ def test_services_answer(fleet_up):
     assert st["enrolled"] and st["control_reachable"] and st["ros_hostname"] == "laptop.fleet.internal"
 
 
-def test_hosts_block_keeps_other_lines(fleet_up):
-    lab = fleet_up
+def test_hosts_block_keeps_other_lines(two_buildings_robots):
+    lab = two_buildings_robots
     text = lab.exec(LAPTOP, ["cat", "/etc/hosts"], quiet=True).stdout
     assert "# BEGIN overlay_manager" in text
     assert f"{lab.overlay_ip(ROBOT)} robot1.fleet.internal robot1" in text
@@ -103,8 +92,8 @@ def test_hosts_block_keeps_other_lines(fleet_up):
     assert "localhost" in before_block  # what the lab put there first is still there
 
 
-def test_topic_flows_across_buildings(fleet_up):
-    lab = fleet_up
+def test_topic_flows_across_buildings(two_buildings_robots):
+    lab = two_buildings_robots
     pub = lab.popen(ROBOT, ["bash", "-c",
                             f'eval "$(rosrun overlay_manager overlay_env --config {lab.robot_yaml(ROBOT)})" && '
                             "exec rostopic pub -r 20 /e2e_chatter std_msgs/String 'data: hello'"],
@@ -117,8 +106,8 @@ def test_topic_flows_across_buildings(fleet_up):
         robots.stop(lab, pub)
 
 
-def test_restart_does_not_re_enrol_and_secrets_stay_out_of_logs(fleet_up):
-    lab = fleet_up
+def test_restart_does_not_re_enrol_and_secrets_stay_out_of_logs(two_buildings_robots):
+    lab = two_buildings_robots
     before = lab.tailscale_status(LAPTOP)["Self"]
     proc = robots.start_robot(lab, LAPTOP, master=False)  # a second start of the same machine's node
     try:

@@ -32,8 +32,6 @@ import time
 from pathlib import Path
 from typing import List, Tuple
 
-import pytest
-
 from overlay_manager import waiting
 from overlay_manager.hosts import LOOPBACK
 from overlay_manager.lab import robots
@@ -47,15 +45,6 @@ LOCAL_GAP_LIMIT_S = 0.5
 """Largest gap allowed on the local pair: the 20 ms period plus scheduling noise (up to 0.13 s
 seen on 2 shared cores while tailscaled restarts), far below the outage a stall would show (> 3 s)."""
 GAP_NODES = Path(__file__).resolve().parent / "gap_nodes.py"
-
-
-@pytest.fixture(scope="module")
-def fleet(two_buildings_lab):
-    """robot.launch on robot1 (master) and laptop; stopped by pid at the end."""
-    lab = two_buildings_lab
-    with robots.processes(lab, (ROBOT, LAPTOP)) as procs:
-        robots.start_master_then(lab, ROBOT, [LAPTOP], procs)
-        yield lab
 
 
 def _getent(lab, host: str, name: str) -> List[str]:
@@ -94,8 +83,8 @@ def _largest_gap(times: List[float], start: float, end: float) -> float:
     return max(b - a for a, b in zip(points, points[1:]))
 
 
-def test_own_names_resolve_to_loopback_others_to_overlay(fleet):
-    lab = fleet
+def test_own_names_resolve_to_loopback_others_to_overlay(two_buildings_robots):
+    lab = two_buildings_robots
     assert _getent(lab, ROBOT, f"{ROBOT}.fleet.internal") == [LOOPBACK]
     assert LOOPBACK in _getent(lab, ROBOT, ROBOT)  # the lab's own line maps the short name to the LAN too
     assert _getent(lab, ROBOT, f"{LAPTOP}.fleet.internal") == [lab.overlay_ip(LAPTOP)]
@@ -112,11 +101,11 @@ def _ros(lab, host: str, command: str, timeout: float = 60.0):
                     env=robots.ros_env(lab, host), timeout=timeout, check=False, quiet=True)
 
 
-def test_roscpp_node_answers_over_the_overlay_and_loopback(fleet):
+def test_roscpp_node_answers_over_the_overlay_and_loopback(two_buildings_robots):
     """rosout (a roscpp node started by roscore on robot1, ROS_HOSTNAME = robot1's overlay name):
     its XML-RPC answers robot1 itself (loopback) and the laptop (overlay), and its TCPROS server
     (/rosout_agg) serves a subscriber on the laptop."""
-    lab = fleet
+    lab = two_buildings_robots
     for host in (ROBOT, LAPTOP):
         r = _ros(lab, host, "rosnode ping -c 1 /rosout")
         assert r.returncode == 0 and "reply from" in r.stdout, (host, r.stdout[-800:], r.stderr[-800:])
@@ -137,8 +126,8 @@ def test_roscpp_node_answers_over_the_overlay_and_loopback(fleet):
         robots.stop(lab, echo)
 
 
-def test_local_topic_has_no_gap_while_tailscaled_restarts(fleet):
-    lab = fleet
+def test_local_topic_has_no_gap_while_tailscaled_restarts(two_buildings_robots):
+    lab = two_buildings_robots
     local_out = Path(lab.host_dir(ROBOT)) / "gap_local.txt"
     remote_out = Path(lab.host_dir(LAPTOP)) / "gap_remote.txt"
     base_out = Path(lab.host_dir(ROBOT)) / "gap_baseline.txt"
