@@ -52,6 +52,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -78,7 +79,7 @@ from .bench_paths import (
     PathSetup,
     say,
 )
-from .bench_report import plot, render_markdown
+from .bench_report import plot, render_markdown, replot, write_report
 from .core import REPO_ROOT, Lab
 from .errors import LabError
 from .spec import Impairment
@@ -108,7 +109,7 @@ def run(out_dir: Path, quick: bool = False, seconds: Optional[float] = None, udp
     results: Dict[str, Dict[str, Any]] = {p: {} for p in PATHS}
     launch: Dict[str, Any] = {}
     lab = Lab(SPEC, run_id=run_id)
-    procs: List[Any] = []
+    procs: List[subprocess.Popen] = []
     paths = PathSetup(lab)
     measure = Measure(lab, paths, seconds, udp_mbit)
     notes: List[str] = []
@@ -145,26 +146,26 @@ def run(out_dir: Path, quick: bool = False, seconds: Optional[float] = None, udp
                     lab.impair(B1, None)
                 say(f"{path} {label}: {json.dumps(results[path][label])}")
 
+        def relayed_path(path: str, ts_path: str, host: str, timeout: float) -> None:
+            """Once tailscale proves ``ts_path``: robot1's helper, ``host``'s cold launch, the sweep."""
+            wait_for(f"the laptop -> robot1 path to turn {ts_path}", lambda: measure.ts_path() == ts_path, timeout)
+            paths.start_robot_helper(path)
+            launch[path] = cold_launch(host, path)
+            sweep_path(path)
+            paths.stop_robot_helper(path)
+
         sweep_path("ts-direct")
         # --- DERP
         paths.stop_robot_helper("ts-direct")
         lab.block_udp(B1)
-        wait_for("the laptop -> robot1 path to turn derp", lambda: measure.ts_path() == "derp", 60)
-        paths.start_robot_helper("ts-derp")
-        launch["ts-derp"] = cold_launch(LAPTOP2, "ts-derp")
-        sweep_path("ts-derp")
-        paths.stop_robot_helper("ts-derp")
+        relayed_path("ts-derp", "derp", LAPTOP2, 60)
         # --- peer relay: UDP out of b1 only to the campus servers (STUN, the relay's port)
         say("relay1: enrol, relay server on from its bundle")
         lab.tailscale_up(RELAY)
         lab.enable_relays()
         lab.unblock_udp(B1)
         lab.udp_servers_only(B1)
-        wait_for("the laptop -> robot1 path to turn peer-relay", lambda: measure.ts_path() == "peer-relay", 90)
-        paths.start_robot_helper("ts-peer-relay")
-        launch["ts-peer-relay"] = cold_launch(LAPTOP3, "ts-peer-relay")
-        sweep_path("ts-peer-relay")
-        paths.stop_robot_helper("ts-peer-relay")
+        relayed_path("ts-peer-relay", "peer-relay", LAPTOP3, 90)
         lab.unblock_udp(B1)
         # --- plain WireGuard
         paths.dmz(B1, ROBOT, [WG_PORT], tcp_icmp=False)
@@ -198,10 +199,7 @@ def run(out_dir: Path, quick: bool = False, seconds: Optional[float] = None, udp
                      "impairment_link": "b1 uplink (both directions)", "run_seconds": time.monotonic() - t_run,
                      "notes": notes},
             "sweep": [imp_label(i) for i in sweep], "paths": list(PATHS), "results": results, "launch": launch}
-    out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / "bench.json").write_text(json.dumps(data, indent=2) + "\n")
-    (out_dir / "bench.md").write_text(render_markdown(data))
-    plot(data, out_dir)
+    write_report(out_dir, "bench", data, render_markdown, plot)
     return data
 
 
@@ -219,12 +217,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     a = ap.parse_args(argv)
     out = Path(a.out)
     if a.replot:
-        data = json.loads(Path(a.replot).read_text())
-        out.mkdir(parents=True, exist_ok=True)
-        (out / "bench.md").write_text(render_markdown(data))
-        plot(data, out)
-        print(render_markdown(data))
-        return 0
+        return replot(Path(a.replot), out, "bench", render_markdown, plot)
     if os.geteuid() != 0:
         print("bench: needs root (network namespaces)", file=sys.stderr)
         return 2

@@ -31,13 +31,15 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import subprocess
 import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from . import robots, system
+from .bench_report import replot, write_report
 from .core import Lab
 from .errors import LabError
 from .spec import Impairment
@@ -76,9 +78,11 @@ def _cpu_seconds(pid: int) -> Optional[float]:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def _active_cpu_pct(samples: Sequence[tuple]) -> Optional[float]:
+def _active_cpu_pct(samples: Sequence[Tuple[float, Optional[float]]]) -> Optional[float]:
     """CPU share (% of one core) over the 1-s intervals in which the encoder worked (at least
-    20 ms of CPU: it encodes only while subscribed, and the probes take seconds to start)."""
+    20 ms of CPU: it encodes only while subscribed, and the probes take seconds to start).
+
+    ``samples`` are (time.monotonic() s, CPU s or None when the process was gone)."""
     busy_cpu = busy_wall = 0.0
     for (w0, c0), (w1, c1) in zip(samples, samples[1:]):
         if c0 is None or c1 is None:
@@ -95,8 +99,8 @@ class CameraBench:
     def __init__(self, lab: Lab, seconds: float) -> None:
         self.lab = lab
         self.seconds = seconds
-        self.procs: List[Any] = []
-        self.encoder: Optional[Any] = None
+        self.procs: List[subprocess.Popen] = []
+        self.encoder: Optional[subprocess.Popen] = None
 
     # --- set-up ---------------------------------------------------------------------------
     def start(self, uplink_mbit: float) -> None:
@@ -187,7 +191,7 @@ class CameraBench:
         for t in threads:
             t.start()
         pid = self.encoder_pid() if link_aware else None
-        samples = []  # (wall s, cpu s) once a second while the probes run
+        samples: List[Tuple[float, Optional[float]]] = []  # (wall s, cpu s) once a second while the probes run
         while any(t.is_alive() for t in threads):
             if pid:
                 samples.append((time.monotonic(), _cpu_seconds(pid)))
@@ -267,18 +271,17 @@ def run(out_dir: Path, seconds: float, uplink_mbit: float, budgets: Sequence[flo
                      "image": "640x480 rgb8 30 Hz, textured (about 30 KB per JPEG frame at quality 80)",
                      "control_hz": 50, "run_seconds": round(time.monotonic() - t_run), "errors": errors},
             "columns": list(columns), "results": results}
-    out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / "bench_camera.json").write_text(json.dumps(data, indent=2) + "\n")
-    (out_dir / "bench_camera.md").write_text(render_markdown(data))
-    plot(data, out_dir / "bench_camera.png")
+    write_report(out_dir, "bench_camera", data, render_markdown, plot)
     return data
 
 
-def _f(v: Any, fmt: str = "{:.0f}") -> str:
+def _f(v: Optional[float], fmt: str = "{:.0f}") -> str:
+    """A table cell: v formatted, "-" for None."""
     return "-" if v is None else fmt.format(v)
 
 
 def _streams(res: Dict[str, Any]) -> List[str]:
+    """The stream keys of one column's results ("raw", "link-aware", "link-aware <budget>"), in order."""
     return [k for k in res if k == "raw" or k.startswith("link-aware")]
 
 
@@ -312,8 +315,9 @@ def render_markdown(data: Dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def plot(data: Dict[str, Any], path: Path) -> None:
-    """Bars per path: delivered rate, latency p99 and Twist RTT p99 for each stream."""
+def plot(data: Dict[str, Any], out_dir: Path) -> None:
+    """bench_camera.png in out_dir, bars per path: delivered rate, latency p99 and Twist RTT p99 for
+    each stream."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -347,7 +351,7 @@ def plot(data: Dict[str, Any], path: Path) -> None:
     axes[0].legend(fontsize=8)
     fig.suptitle(f"raw vs link-aware camera, b1 uplink {data['meta']['uplink_mbit']:g} Mbit/s (dotted: goals)")
     fig.tight_layout()
-    fig.savefig(path, dpi=90)
+    fig.savefig(out_dir / "bench_camera.png", dpi=90)
     plt.close(fig)
 
 
@@ -364,12 +368,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     a = ap.parse_args(argv)
     out = Path(a.out)
     if a.replot:
-        data = json.loads(Path(a.replot).read_text())
-        out.mkdir(parents=True, exist_ok=True)
-        (out / "bench_camera.md").write_text(render_markdown(data))
-        plot(data, out / "bench_camera.png")
-        print(render_markdown(data))
-        return 0
+        return replot(Path(a.replot), out, "bench_camera", render_markdown, plot)
     if os.geteuid() != 0:
         print("bench_camera: needs root (network namespaces)", file=sys.stderr)
         return 2

@@ -152,7 +152,7 @@ def operator_helper(prefix: str, seconds: float, t0: float, first_only: bool, ti
     """(receive CLOCK_MONOTONIC s, receive wall s, header.stamp wall s) per frame."""
     first = threading.Event()
 
-    def on_image(m: Any) -> None:
+    def on_image(m: Image) -> None:
         frames.append((time.monotonic(), time.time(), m.header.stamp.to_sec()))
         first.set()
 

@@ -32,7 +32,7 @@ def fake_status(n: int) -> Dict[str, Any]:
 
     st = recorded("status_direct.json")
     (_, proto), = st["Peer"].items()
-    peers = {}
+    peers: Dict[str, Dict[str, Any]] = {}  # node key -> peer status
     for i in range(n):
         p = copy.deepcopy(proto)
         k = i + 2
@@ -62,6 +62,7 @@ def fake_ping_for(status: Dict[str, Any]) -> Callable[[str], Dict[str, Any]]:
 
 
 def ns_argv(ns: str, argv: Sequence[str]) -> List[str]:
+    """argv run inside network namespace ns (ip netns exec)."""
     return ["ip", "netns", "exec", ns, *argv]
 
 
@@ -70,7 +71,7 @@ def proc_sample(pid: int) -> Dict[str, float]:
     with open(f"/proc/{pid}/stat", encoding="ascii") as f:
         fields = f.read().rsplit(")", 1)[1].split()
     ticks = int(fields[11]) + int(fields[12])
-    mem = {}
+    mem: Dict[str, float] = {}  # VmRSS / VmHWM (KiB), Threads
     with open(f"/proc/{pid}/status", encoding="ascii") as f:
         for line in f:
             if line.startswith(("VmRSS:", "VmHWM:", "Threads:")):

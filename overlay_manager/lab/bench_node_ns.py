@@ -22,6 +22,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence
 
 
 def _emit(obj: Dict[str, Any]) -> None:
+    """One JSON line on stdout, flushed (the parent reads it at once)."""
     sys.stdout.write(json.dumps(obj) + "\n")
     sys.stdout.flush()
 
@@ -68,7 +69,7 @@ def watch_changes(topic: str) -> int:
 
     rospy.init_node("bench_path_changes", anonymous=True, disable_signals=True)
 
-    def cb(m: Any) -> None:
+    def cb(m: PathChange) -> None:
         _emit({"t": time.time(), "stamp": m.header.stamp.to_sec(), "peer": m.peer,
                "old_path": m.old_path, "new_path": m.new_path, "endpoint": m.endpoint})
 
@@ -113,11 +114,12 @@ def wait_links(node: str, n: int, timeout: float) -> int:
     """Print {"ok", "links"} once node's ~get_topic_links lists n cross-machine links (or on timeout)."""
     import rospy
 
+    from overlay_manager.msg import TopicLink
     from overlay_manager.srv import GetTopicLinks
 
     rospy.init_node("bench_wait_links", anonymous=True, disable_signals=True)
     deadline = time.monotonic() + timeout
-    links: List[Any] = []
+    links: List[TopicLink] = []
     while time.monotonic() < deadline:
         try:
             rospy.wait_for_service(f"{node}/get_topic_links", timeout=max(0.1, deadline - time.monotonic()))
@@ -133,6 +135,7 @@ def wait_links(node: str, n: int, timeout: float) -> int:
 
 
 def _watch_status_main(argv: Sequence[str]) -> int:
+    """``_watch-status SOCKET PEER [--hz HZ]``: parse the arguments, run watch_status."""
     ap = argparse.ArgumentParser(prog="bench_node _watch-status")
     ap.add_argument("socket")
     ap.add_argument("peer")

@@ -30,6 +30,7 @@ class LineWatcher:
         threading.Thread(target=self._read, name=f"read-{name}", daemon=True).start()
 
     def _read(self) -> None:
+        """Reader thread: every JSON line of the child's stdout becomes an event (others are skipped)."""
         assert self.proc.stdout is not None
         for line in iter(self.proc.stdout.readline, b""):
             try:
@@ -41,6 +42,7 @@ class LineWatcher:
                 self.cond.notify_all()
 
     def last(self, pred: Callable[[Dict[str, Any]], bool] = lambda e: True) -> Optional[Dict[str, Any]]:
+        """The latest event matching pred so far (None: none yet); does not wait."""
         with self.cond:
             for e in reversed(self.events):
                 if pred(e):

@@ -9,7 +9,10 @@ TARGET_NODE_LATENCY_S = 2.0
 
 
 def summarize_path(p: Dict[str, Any]) -> Dict[str, Any]:
-    out = {}
+    """Per phase (block, unblock), summaries (overlay_manager.stats.summary, seconds) over the
+    complete trials of path_bench's result: the node's latency behind tailscaled by arrival time
+    and by header stamp, and tailscaled's own time after the action."""
+    out: Dict[str, Dict[str, Any]] = {}
     for phase in ("block", "unblock"):
         recs = [t[phase] for t in p.get("trials", []) if phase in t and "node_latency_s" in t[phase]]
         out[phase] = {"node_latency_s": summary([r["node_latency_s"] for r in recs]),
@@ -19,6 +22,8 @@ def summarize_path(p: Dict[str, Any]) -> Dict[str, Any]:
 
 
 def table(result: Dict[str, Any]) -> str:
+    """The markdown table bench_node prints: path-change latencies against the node's target,
+    errors, and CPU / RSS per peer count (or the error of that run)."""
     lines = ["| measurement | condition | result |", "|---|---|---|"]
     p = result.get("path_change")
     if p:

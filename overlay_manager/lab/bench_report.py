@@ -3,11 +3,13 @@
 Pure rendering of the JSON that bench.py writes (``bench --replot bench.json`` re-renders without
 a lab). Main table: every metric per path without impairment, with its ratio to the underlay;
 then the launch-to-first-frame times and one table per metric over the impairment sweep.
+``write_report`` and ``replot`` write any lab benchmark's files (bench.py, bench_camera.py).
 """
 from __future__ import annotations
 
+import json
 from pathlib import Path
-from typing import Any, Dict, List
+from typing import Any, Callable, Dict, List, Optional, Union
 
 METRICS = [  # key, label, unit, higher is better
     ("tcp_mbps", "TCP throughput", "Mbit/s", True),
@@ -23,7 +25,7 @@ METRICS = [  # key, label, unit, higher is better
 ]
 
 
-def _fmt(v: Any) -> str:
+def _fmt(v: Optional[Union[str, float]]) -> str:
     """A number with 3 significant digits (no decimals from 100 up); "-" for None."""
     if v is None:
         return "-"
@@ -117,3 +119,25 @@ def plot(data: Dict[str, Any], out_dir: Path) -> List[Path]:
     plt.close(fig)
     written.append(p2)
     return written
+
+
+def write_report(out_dir: Path, stem: str, data: Dict[str, Any], render: Callable[[Dict[str, Any]], str],
+                 plot_to: Callable[[Dict[str, Any], Path], Any], with_json: bool = True) -> str:
+    """Write a benchmark's results into ``out_dir`` (created if needed): ``<stem>.json`` (unless
+    ``with_json`` is false, as when re-rendering that JSON), ``<stem>.md`` from ``render(data)`` and
+    the plots ``plot_to(data, out_dir)`` draws. Returns the markdown."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    if with_json:
+        (out_dir / f"{stem}.json").write_text(json.dumps(data, indent=2) + "\n")
+    markdown = render(data)
+    (out_dir / f"{stem}.md").write_text(markdown)
+    plot_to(data, out_dir)
+    return markdown
+
+
+def replot(json_path: Path, out_dir: Path, stem: str, render: Callable[[Dict[str, Any]], str],
+           plot_to: Callable[[Dict[str, Any], Path], Any]) -> int:
+    """A benchmark's ``--replot JSON``: ``<stem>.md`` and the plots again from a saved run (no lab),
+    the markdown printed. Returns the exit code (0)."""
+    print(write_report(out_dir, stem, json.loads(json_path.read_text()), render, plot_to, with_json=False))
+    return 0

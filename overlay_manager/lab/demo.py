@@ -2,7 +2,7 @@
 
     sudo bash scripts/demo            # setup + build + this module
     sudo /usr/bin/python3 -m overlay_manager.lab.demo [--spec config/lab/two_buildings.yaml]
-                                                      [--live 20] [--blocked 25] [--keep-logs]
+                                                      [--live 20] [--blocked 30]
 
 Steps (each narrated): a lab with two buildings behind NATs and Headscale; robot1 (building b1)
 runs robot.launch as the ROS master (camera_topics:=/camera/image_raw: the link-aware encoder)
@@ -18,11 +18,13 @@ from __future__ import annotations
 
 import argparse
 import signal
+import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional
+from types import FrameType
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from ..stats import percentile, summary
 from . import robots
@@ -36,7 +38,28 @@ TICK_S = 2.0
 
 
 def node(host: str) -> str:
+    """The overlay node's name on ``host`` (robot.launch's namespace)."""
     return f"/{host}/overlay_manager"
+
+
+class PathSeen:
+    """``until`` for Demo.live: notes when robot1's path on the laptop's node first shows ``path``
+    (``after_s``: seconds after ``since``, a time.monotonic()) and is true once it has been shown
+    for ``hold_s`` more seconds."""
+
+    def __init__(self, path: str, since: float, hold_s: float) -> None:
+        self.path, self.since, self.hold_s = path, since, hold_s
+        self.after_s: Optional[float] = None
+
+    def __call__(self, paths: Dict[str, Any]) -> bool:
+        """paths: the laptop's node's view, peer -> (path, latency, via)."""
+        if paths.get(ROBOT, [""])[0] == self.path and self.after_s is None:
+            self.after_s = time.monotonic() - self.since
+        return self.after_s is not None and time.monotonic() - self.since >= self.after_s + self.hold_s
+
+    def seen_at(self) -> float:
+        """time.monotonic() when the path was first shown; far in the future until then."""
+        return self.since + (self.after_s if self.after_s is not None else 1e9)
 
 
 class Demo:
@@ -50,18 +73,21 @@ class Demo:
         self.lab: Optional[Lab] = None
         self.rec: Optional[robots.Recorder] = None
         self.rec_la: Optional[robots.Recorder] = None  # the link-aware stream (decoded) on the laptop
-        self.procs: List[Any] = []
+        self.procs: List[subprocess.Popen] = []
         self.summary: Dict[str, Any] = {}
 
     def say(self, text: str) -> None:
+        """A narration line on stdout, with the seconds since the demo started."""
         print(f"[demo {time.monotonic() - self.t0:5.1f}s] {text}", flush=True)
 
     def lab_echo(self, line: str) -> None:
+        """The lab's echo: one command line into demo.log."""
         self._log.write(line + "\n")
         self._log.flush()
 
     # --- steps ------------------------------------------------------------------------------
     def run(self) -> None:
+        """The steps, then the teardown whatever happened."""
         try:
             self._run()
         finally:
@@ -69,6 +95,7 @@ class Demo:
             self._log.close()
 
     def _run(self) -> None:
+        """Steps 1 to 5 (6 is the teardown)."""
         self.say(f"1/6 building the campus lab from {self.spec}: a backbone, Headscale (control server "
                  "with its embedded DERP relay and STUN, TLS from a generated CA), building b1 and b2 "
                  "each behind its own NAT router, one network namespace per machine")
@@ -121,14 +148,8 @@ class Demo:
         lab.block_udp("b1")
         self.summary["blocked"] = True
         self.header()
-        derp_seen: Dict[str, float] = {}
-
-        def on_tick(paths: Dict[str, Any]) -> bool:
-            if paths.get(ROBOT, [""])[0] == "derp" and "t" not in derp_seen:
-                derp_seen["t"] = time.monotonic() - t_block
-            return "t" in derp_seen and time.monotonic() - t_block >= derp_seen["t"] + 12
-        derp_rate, derp_la = self.live(self.blocked_s, until=on_tick,
-                                       rate_from=lambda: t_block + derp_seen.get("t", 1e9))
+        derp_seen = PathSeen("derp", t_block, hold_s=12)
+        derp_rate, derp_la = self.live(self.blocked_s, until=derp_seen, rate_from=derp_seen.seen_at)
         self.summary["derp_rate_hz"], self.summary["derp_link_aware_hz"] = derp_rate, derp_la
 
         self.say("5/6 unblocking UDP at b1: tailscale finds the direct path again")
@@ -136,13 +157,8 @@ class Demo:
         lab.unblock_udp("b1")
         self.summary["blocked"] = False
         self.header()
-        direct_seen: Dict[str, float] = {}
-
-        def on_tick2(paths: Dict[str, Any]) -> bool:
-            if paths.get(ROBOT, [""])[0] == "direct" and "t" not in direct_seen:
-                direct_seen["t"] = time.monotonic() - t_unblock
-            return "t" in direct_seen and time.monotonic() - t_unblock >= direct_seen["t"] + 6
-        self.live(20.0, until=on_tick2)
+        direct_seen = PathSeen("direct", t_unblock, hold_s=6)
+        self.live(20.0, until=direct_seen)
         self.rec.read()
         changes = [e for e in self.rec.events if e["ev"] == "change"
                    and e["node"] == node(LAPTOP) and e["peer"] == ROBOT and e["t"] >= t_block]
@@ -151,8 +167,8 @@ class Demo:
         # exact times from the node's ~path_changes (the table above only samples every TICK_S)
         to_derp = [e["t"] - t_block for e in changes if e["new"] == "derp" and e["t"] < t_unblock]
         to_direct = [e["t"] - t_unblock for e in changes if e["new"] == "direct" and e["t"] >= t_unblock]
-        self.summary["derp_after_s"] = to_derp[0] if to_derp else derp_seen.get("t")
-        self.summary["direct_again_after_s"] = to_direct[0] if to_direct else direct_seen.get("t")
+        self.summary["derp_after_s"] = to_derp[0] if to_derp else derp_seen.after_s
+        self.summary["direct_again_after_s"] = to_direct[0] if to_direct else direct_seen.after_s
         s = self.summary
         self.say(f"    summary: raw camera on the laptop {s['direct_rate_hz']:.1f} Hz direct, "
                  f"{s['derp_rate_hz']:.1f} Hz relayed through DERP; link-aware {s['direct_link_aware_hz']:.1f} Hz "
@@ -163,18 +179,20 @@ class Demo:
                  f"{_fmt_s(s.get('direct_again_after_s'))} after unblocking")
 
     def header(self) -> None:
+        """The live table's column headings."""
         print(f"    {'time':>6}  {'node':<7} {'peer':<7} {'path':<7} {'via':<22} {'ping rtt':>9}   "
               "camera received on the laptop (last 2 s): raw | link-aware", flush=True)
 
     def live(self, seconds: float, until: Optional[Callable[[Dict[str, Any]], bool]] = None,
-             rate_from: Optional[Callable[[], float]] = None) -> tuple:
+             rate_from: Optional[Callable[[], float]] = None) -> Tuple[float, float]:
         """Print the table every TICK_S for up to ``seconds`` (or until ``until(paths)``); returns
         the mean raw and link-aware camera rates over the ticks after ``rate_from()`` (default: all)."""
         assert self.rec is not None and self.rec_la is not None
         end = time.monotonic() + seconds
-        rates: List[tuple] = []
+        rates: List[Tuple[float, float, float]] = []  # (time.monotonic(), raw Hz, link-aware Hz)
 
-        def stream(rec: robots.Recorder, now: float) -> tuple:
+        def stream(rec: robots.Recorder, now: float) -> Tuple[float, str]:
+            """Frames per second over the last TICK_S and the table cell saying it."""
             rec.read()
             frames = rec.frames(now - TICK_S, now)
             rate = len(frames) / TICK_S
@@ -188,7 +206,7 @@ class Demo:
             rate_la, cam_la = stream(self.rec_la, now)
             rates.append((now, rate, rate_la))
             cam = f"{cam_raw} | {cam_la}"
-            views = {}
+            views: Dict[str, Dict[str, Any]] = {}  # host -> its node's paths of each peer
             for who, peer in ((LAPTOP, ROBOT), (ROBOT, LAPTOP)):
                 ev = next((e for e in reversed(self.rec.events) if e["ev"] == "peers" and e["node"] == node(who)
                            and peer in e["paths"]), None)
@@ -201,7 +219,8 @@ class Demo:
                 break
         start = rate_from() if rate_from else 0.0
         used = [r for r in rates if r[0] - TICK_S >= start] or rates
-        return tuple(summary([r[i] for r in used])["mean"] if used else 0.0 for i in (1, 2))
+        raw, link_aware = (summary([r[i] for r in used])["mean"] if used else 0.0 for i in (1, 2))
+        return raw, link_aware
 
     def teardown(self) -> None:
         """Always: stop the recorder and ROS processes by pid, unblock, take the lab down."""
@@ -217,10 +236,12 @@ class Demo:
 
 
 def _fmt_s(v: Optional[float]) -> str:
+    """Seconds for the summary line, "(not seen)" for None."""
     return f"{v:.1f} s" if v is not None else "(not seen)"
 
 
 def _quietly(fn: Callable[[], Any]) -> None:
+    """Run one teardown step; a failure is printed and the teardown goes on."""
     try:
         fn()
     except Exception as exc:  # noqa: BLE001 - teardown goes on; the problem is printed
@@ -240,7 +261,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         print("demo: the lab cannot run here, missing: " + "; ".join(missing), file=sys.stderr)
         return 1
 
-    def on_term(_sig: int, _frame: Any) -> None:
+    def on_term(_sig: int, _frame: Optional[FrameType]) -> None:
         raise KeyboardInterrupt
 
     signal.signal(signal.SIGTERM, on_term)

@@ -35,9 +35,9 @@ from .naming import Names
 from .spec import LabSpec
 
 
-def fleet_relays(spec: LabSpec) -> Dict[str, Any]:
+def fleet_relays(spec: LabSpec) -> Dict[str, Dict[str, Any]]:
     """The fleet file's ``relays`` mapping for the spec's relays ({} when there are none)."""
-    out: Dict[str, Any] = {}
+    out: Dict[str, Dict[str, Any]] = {}
     for host, rs in spec.relays.items():
         entry: Dict[str, Any] = {"port": rs.port}
         if rs.teams:

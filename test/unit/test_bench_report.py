@@ -1,0 +1,89 @@
+"""The lab benchmarks' report files and pure helpers (bench, bench_camera, demo), without a lab."""
+import json
+import time
+
+import pytest
+
+from overlay_manager.lab import bench_camera
+from overlay_manager.lab.bench import imp_label, impairments
+from overlay_manager.lab.bench_report import replot, write_report
+from overlay_manager.lab.demo import PathSeen
+
+CAMERA_RUN = {
+    "meta": {"date": "2026-11-22 19:24", "seconds_per_stream": 8.0, "uplink_mbit": 30.0,
+             "budgets_kbps": [8000.0], "cores": 2, "image": "640x480 rgb8 30 Hz", "control_hz": 50,
+             "run_seconds": 300, "errors": ["peer-relay: timed out"]},
+    "columns": ["direct", "derp"],
+    "results": {
+        "direct": {"control_idle": {"rtt_p50_ms": 1.8, "rtt_p99_ms": 12.2},
+                   "raw": {"rate_hz": 29.9, "latency_p50_ms": 20.0, "latency_p99_ms": 40.0,
+                           "bytes_per_s": 27.6e6, "control": {"rtt_p50_ms": 2.0, "rtt_p99_ms": 9.0}},
+                   "link-aware": {"rate_hz": 30.0, "latency_p50_ms": 10.0, "latency_p99_ms": 20.0,
+                                  "bytes_per_s": 1e6, "encoder_cpu_pct": 12.5,
+                                  "state": {"quality": 80, "rate_hz": 30.0}}},
+        "derp": {"control_idle": {"rtt_p50_ms": 3.0, "rtt_p99_ms": 30.0},
+                 "raw": {"rate_hz": 2.0, "latency_p50_ms": None, "latency_p99_ms": None},
+                 "link-aware 8": {"rate_hz": 29.0, "latency_p50_ms": 50.0, "latency_p99_ms": 90.0,
+                                  "bytes_per_s": 0.9e6, "encoder_cpu_pct": None}}},
+}
+
+
+def _recording_plot(calls):
+    def plot(data, out_dir):
+        calls.append((data["meta"]["date"], out_dir))
+        (out_dir / "plot.png").write_bytes(b"png")
+    return plot
+
+
+def test_write_report_writes_json_markdown_and_plots(tmp_path):
+    calls = []
+    out = tmp_path / "new" / "dir"
+    md = write_report(out, "bench_camera", CAMERA_RUN, bench_camera.render_markdown, _recording_plot(calls))
+    assert json.loads((out / "bench_camera.json").read_text()) == CAMERA_RUN
+    assert (out / "bench_camera.md").read_text() == md == bench_camera.render_markdown(CAMERA_RUN)
+    assert calls == [("2026-11-22 19:24", out)] and (out / "plot.png").exists()
+
+
+def test_replot_rerenders_without_touching_the_json(tmp_path, capsys):
+    src = tmp_path / "saved.json"
+    src.write_text(json.dumps(CAMERA_RUN))
+    calls = []
+    assert replot(src, tmp_path / "out", "bench_camera", bench_camera.render_markdown, _recording_plot(calls)) == 0
+    assert not (tmp_path / "out" / "bench_camera.json").exists()
+    assert (tmp_path / "out" / "bench_camera.md").read_text() == capsys.readouterr().out.rstrip("\n") + "\n"
+    assert len(calls) == 1
+
+
+def test_camera_markdown_rows():
+    md = bench_camera.render_markdown(CAMERA_RUN).splitlines()
+    assert "| direct | (no camera) | - | - | 1.8 / 12.2 | - | - | - |" in md
+    assert "| direct | raw | 29.9 | 20 / 40 | 2.0 / 9.0 | 27.60 | - | - |" in md
+    assert "| direct | link-aware | 30.0 | 10 / 20 | - / - | 1.00 | 12.5 | q80, 30 Hz |" in md
+    assert "| derp | link-aware, budget 8 Mbit/s | 29.0 | 50 / 90 | - / - | 0.90 | - | - |" in md
+    assert "| derp | raw | 2.0 | - / - | - / - | 0.00 | - | - |" in md
+    assert md[-1] == "Not measured: peer-relay: timed out"
+
+
+def test_encoder_cpu_counts_only_busy_seconds():
+    samples = [(0.0, 1.0), (1.0, 1.005), (2.0, 1.505), (3.0, None), (4.0, 2.0), (5.0, 2.25)]
+    # busy: 1->2 s (0.5 s of CPU) and 4->5 s (0.25 s); idle and vanished intervals are left out
+    assert bench_camera._active_cpu_pct(samples) == pytest.approx(37.5)
+    assert bench_camera._active_cpu_pct([(0.0, 1.0), (1.0, 1.001)]) is None
+
+
+def test_sweep_steps_and_labels():
+    assert [imp_label(i) for i in impairments(quick=True)] == ["loss 0%", "loss 5%"]
+    assert [imp_label(i) for i in impairments(quick=False)] == ["loss 0%", "loss 1%", "loss 5%", "rate 100 Mbit/s"]
+
+
+def test_demo_path_seen_waits_for_the_path_then_the_hold():
+    since = time.monotonic() - 5.0
+    seen = PathSeen("derp", since, hold_s=3.0)
+    assert not seen({"robot1": ("direct", 1.0, "10.0.0.1:41641")}) and seen.after_s is None
+    assert seen.seen_at() - since == pytest.approx(1e9)
+    assert not seen({})
+    assert not seen({"robot1": ("derp", None, "lab")})  # first seen now, held for 0 s of 3
+    assert seen.after_s == pytest.approx(5.0, abs=1.0)
+    assert seen.seen_at() == pytest.approx(since + seen.after_s)
+    seen.since -= 10.0  # as if 10 s had passed
+    assert seen({"robot1": ("direct", 1.0, "")})  # held long enough, whatever the path now
