@@ -28,7 +28,6 @@ import json
 import os
 import secrets
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -41,6 +40,7 @@ import yaml
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
+from overlay_manager import children  # noqa: E402
 from overlay_manager.config import load_robot_config  # noqa: E402
 from overlay_manager.fleet import cli as fleet_cli  # noqa: E402
 from overlay_manager.fleet.bundle import write_bundle  # noqa: E402
@@ -123,13 +123,7 @@ class Net:
 
     def close(self) -> None:
         for p in reversed(self.procs):
-            if p.poll() is None:
-                os.kill(p.pid, signal.SIGTERM)
-                try:
-                    p.wait(10)
-                except subprocess.TimeoutExpired:
-                    os.kill(p.pid, signal.SIGKILL)
-                    p.wait(10)
+            children.stop(p, 10.0)  # SIGTERM, SIGKILL after 10 s, by pid
         for ns in reversed(self.ns):
             sh("ip", "netns", "del", ns, check=False)
         shutil.rmtree(self.root, ignore_errors=True)

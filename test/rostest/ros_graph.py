@@ -4,6 +4,7 @@
 - :func:`ros_env`: the environment its processes run with (that master, ROS_IP 127.0.0.1,
   ROS_HOME and logs in the test's temporary directory, Debian's ROS Python first on PATH);
 - :func:`wait`: a bounded poll whose timeout fails the test and says what it waited for;
+- :func:`start`: a process of the graph, in its own process group, output to a log file;
 - :func:`stop_all`: stops what a test started, by pid, last started first.
 
 A plain module next to the tests: pytest puts this directory on ``sys.path`` (it has no
@@ -16,7 +17,7 @@ import signal
 import socket
 import subprocess
 from pathlib import Path
-from typing import Callable, Dict, Iterable, Optional, Sequence, TypeVar, Union
+from typing import Callable, Dict, Iterable, List, Mapping, Optional, Sequence, TypeVar, Union
 
 from overlay_manager import children, waiting
 
@@ -57,6 +58,17 @@ def wait(what: str, check: Callable[[], Optional[T]], timeout: float,
     """:func:`overlay_manager.waiting.wait_for` every ``interval`` seconds; a timeout (``timeout``
     seconds) fails the test with an AssertionError naming ``what`` and ``detail()``."""
     return waiting.wait_for(what, check, timeout, interval=interval, detail=detail, error=AssertionError)
+
+
+def start(argv: Sequence[str], env: Mapping[str, str], log: Union[str, Path],
+          procs: List[subprocess.Popen]) -> subprocess.Popen:
+    """Start ``argv`` with ``env``, stdout and stderr to ``log``, leading its own process group
+    (so :func:`stop_all` reaches its children); appended to ``procs``, returned."""
+    with open(log, "wb") as fh:
+        proc = subprocess.Popen(list(argv), env=dict(env), stdout=fh, stderr=subprocess.STDOUT,
+                                start_new_session=True)
+    procs.append(proc)
+    return proc
 
 
 def stop_all(procs: Sequence[subprocess.Popen], grace_s: float = 15.0) -> None:

@@ -13,13 +13,12 @@ import json
 import os
 import shutil
 import socket
-import subprocess
 import sys
 import time
 
 import pytest
 import yaml
-from ros_graph import free_port, ros_env, stop_all, wait
+from ros_graph import free_port, ros_env, start, stop_all, wait
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "unit"))
@@ -67,11 +66,7 @@ class Rig:
             return False
 
     def _start(self, argv, log):
-        fh = open(log, "wb")
-        proc = subprocess.Popen(argv, env=self.env, stdout=fh, stderr=subprocess.STDOUT, start_new_session=True)
-        fh.close()
-        self.procs.append(proc)
-        return proc
+        return start(argv, self.env, log, self.procs)
 
     def events(self, since, topic):
         out = []

@@ -18,7 +18,7 @@ import xmlrpc.client
 
 import pytest
 import yaml
-from ros_graph import free_port, ros_env, stop_all, wait
+from ros_graph import free_port, ros_env, start, stop_all, wait
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "unit"))
@@ -68,11 +68,7 @@ class Launch:
                         tmp / "recorder.log")
 
     def _start(self, argv, log):
-        fh = open(log, "wb")
-        proc = subprocess.Popen(argv, env=self.env, stdout=fh, stderr=subprocess.STDOUT, start_new_session=True)
-        fh.close()
-        self.procs.append(proc)
-        return proc
+        return start(argv, self.env, log, self.procs)
 
     def master(self):
         return xmlrpc.client.ServerProxy(self.env["ROS_MASTER_URI"])
@@ -121,8 +117,8 @@ def test_config_settings_apply_without_launch_args(tmp_path):
             assert not launch.has_param(f"{NODE}/{key}"), f"robot.launch set ~{key} although no argument was given"
         assert launch.has_param(f"{NODE}/config")
         wait(f"the managed block in {launch.hosts} (config: node.manage_hosts true)",
-              lambda: "100.64.0.2 robotb.fleet.internal robotb" in launch.hosts.read_text(), 30,
-              lambda: launch.hosts.read_text() + launch.tail())
+             lambda: "100.64.0.2 robotb.fleet.internal robotb" in launch.hosts.read_text(), 30,
+             lambda: launch.hosts.read_text() + launch.tail())
     finally:
         launch.close()
 
@@ -179,13 +175,11 @@ def test_monitor_launch_adds_analyzers_to_a_running_aggregator(tmp_path):
     record = tmp_path / "agg.jsonl"
     procs = []
 
-    def start(argv, name):
-        with open(tmp_path / f"{name}.log", "wb") as fh:
-            procs.append(subprocess.Popen(argv, env=env, stdout=fh, stderr=subprocess.STDOUT,
-                                          start_new_session=True))
+    def run(argv, name):
+        start(argv, env, tmp_path / f"{name}.log", procs)
 
     try:
-        start(["roscore", "-p", str(port)], "roscore")
+        run(["roscore", "-p", str(port)], "roscore")
         master = xmlrpc.client.ServerProxy(env["ROS_MASTER_URI"])
 
         def master_up():
@@ -195,13 +189,13 @@ def test_monitor_launch_adds_analyzers_to_a_running_aggregator(tmp_path):
                 return False
 
         wait(f"roscore on port {port}", master_up, 30, lambda: (tmp_path / "roscore.log").read_text()[-1000:])
-        start(["rosrun", "diagnostic_aggregator", "aggregator_node", "__name:=diagnostic_aggregator"], "aggregator")
-        start([sys.executable, os.path.join(HERE, "record_diag_agg.py"), str(record)], "recorder")
-        start(["rostopic", "pub", "-r", "2", "/diagnostics", "diagnostic_msgs/DiagnosticArray",
-               "{status: [{level: 0, name: 'robota/overlay_manager: peer robotb', message: direct}, "
-               "{level: 0, name: 'robota/overlay_manager: overlay', message: enrolled}]}"], "publisher")
-        start(["roslaunch", "--wait", "overlay_manager", "monitor.launch", "aggregator:=false", "gui:=false"],
-              "monitor.launch")
+        run(["rosrun", "diagnostic_aggregator", "aggregator_node", "__name:=diagnostic_aggregator"], "aggregator")
+        run([sys.executable, os.path.join(HERE, "record_diag_agg.py"), str(record)], "recorder")
+        run(["rostopic", "pub", "-r", "2", "/diagnostics", "diagnostic_msgs/DiagnosticArray",
+             "{status: [{level: 0, name: 'robota/overlay_manager: peer robotb', message: direct}, "
+             "{level: 0, name: 'robota/overlay_manager: overlay', message: enrolled}]}"], "publisher")
+        run(["roslaunch", "--wait", "overlay_manager", "monitor.launch", "aggregator:=false", "gui:=false"],
+            "monitor.launch")
 
         def filed():
             names = set()
@@ -214,6 +208,6 @@ def test_monitor_launch_adds_analyzers_to_a_running_aggregator(tmp_path):
             return {LINK_B, MACHINE} <= names
 
         wait("add_analyzers to file the statuses under /Overlay", filed, 60,
-              lambda: (tmp_path / "monitor.launch.log").read_text()[-1500:])
+             lambda: (tmp_path / "monitor.launch.log").read_text()[-1500:])
     finally:
         stop_all(procs, 15.0)
