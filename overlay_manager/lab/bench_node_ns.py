@@ -1,8 +1,9 @@
 """The node benchmark's helpers that run inside a namespace, as child processes.
 
 Started as ``python3 -m overlay_manager.lab.bench_node _<helper> ...`` (bench_node.main dispatches
-the names in HELPERS here). Each prints JSON lines on stdout, one per event, stamped with
-time.time(); the parent reads them (bench_node_path.LineWatcher) or takes the last line.
+the names in HELPERS here). The watchers and ``_wait-links`` print JSON lines on stdout, one per
+event, stamped with time.time(); the parent reads them (bench_node_path.LineWatcher) or takes the
+last line. ``_talk`` and ``_listen`` only publish and subscribe.
 
 | helper | what it does |
 |---|---|
