@@ -67,18 +67,6 @@ def item(text: str, sort_key: Any = None, tooltip: str = "") -> SortItem:
     return it
 
 
-def set_headers(table: QTableWidget, columns: Sequence[Tuple[str, str, str]]) -> None:
-    """Give ``table`` one column per (key, header, tooltip), resizable by the user, with rows
-    one line of text high."""
-    table.setColumnCount(len(columns))
-    for i, (_, header, tip) in enumerate(columns):
-        head = QTableWidgetItem(header)
-        head.setToolTip(tip)
-        table.setHorizontalHeaderItem(i, head)
-    table.horizontalHeader().setSectionResizeMode(QHeaderView.Interactive)
-    table.verticalHeader().setDefaultSectionSize(table.fontMetrics().height() + 8)
-
-
 def paint_path_cell(path_item: QTableWidgetItem, path: str) -> None:
     """White text, centred, on the path's colour (the row itself only has the path's tint)."""
     path_item.setBackground(QBrush(QColor(fmt.path_colour(path))))
@@ -97,9 +85,56 @@ def grey_out(table: QTableWidget) -> None:
                 cell.setBackground(back)
 
 
-def cell_texts(table: QTableWidget, keys: Sequence[str], col: Dict[str, int], row: int) -> Dict[str, str]:
-    """The texts of one row by column key ("" for an empty cell)."""
-    return {key: (table.item(row, col[key]).text() if table.item(row, col[key]) else "") for key in keys}
+class PathTable:
+    """A QTableWidget whose every row crosses one overlay path: the row is tinted by its path, the
+    path cell has the path's colour (kept when the row is selected) and white centred text.
+
+    Attributes:
+        table: the QTableWidget (from the .ui file).
+        keys: the column keys, in column order.
+        col: column key -> column index.
+    """
+
+    def __init__(self, table: QTableWidget, columns: Sequence[Tuple[str, str, str]], sort_key: str,
+                 widths: Sequence[Tuple[str, int]]) -> None:
+        """One column per (key, header, tooltip) of ``columns`` (there is a "path" column),
+        resizable by the user, rows one line of text high, sorted by ``sort_key``; ``widths``
+        gives (key, pixels) starting widths."""
+        self.table = table
+        self.keys = tuple(c[0] for c in columns)
+        self.col = {key: i for i, key in enumerate(self.keys)}
+        table.setColumnCount(len(columns))
+        for i, (_, header, tip) in enumerate(columns):
+            head = QTableWidgetItem(header)
+            head.setToolTip(tip)
+            table.setHorizontalHeaderItem(i, head)
+        table.horizontalHeader().setSectionResizeMode(QHeaderView.Interactive)
+        table.sortItems(self.col[sort_key], Qt.AscendingOrder)
+        table.verticalHeader().setDefaultSectionSize(table.fontMetrics().height() + 8)
+        self._path_delegate = PathDelegate(table)
+        table.setItemDelegateForColumn(self.col["path"], self._path_delegate)
+        for key, width in widths:
+            table.setColumnWidth(self.col[key], width)
+
+    def put_row(self, row: int, items: Dict[str, QTableWidgetItem], path: str, foreground: str = "") -> None:
+        """Put ``items`` (by column key) into ``row`` in the tint of ``path``, the path cell in the
+        path's colour; ``foreground`` ("#rrggbb", "" = the default) colours the other cells' text."""
+        tint = QBrush(QColor(fmt.path_tint(path)))
+        for key, it in items.items():
+            it.setBackground(tint)
+            if foreground:
+                it.setForeground(QBrush(QColor(foreground)))
+            self.table.setItem(row, self.col[key], it)
+        paint_path_cell(items["path"], path)
+
+    def row_texts(self, row: int) -> Dict[str, str]:
+        """The texts of one row by column key ("" for an empty cell) plus the path cell's
+        background colour (``path_colour``, ``#rrggbb``)."""
+        t = self.table
+        cells = {key: (t.item(row, self.col[key]).text() if t.item(row, self.col[key]) else "")
+                 for key in self.keys}
+        cells["path_colour"] = background_name(t.item(row, self.col["path"]))
+        return cells
 
 
 def background_name(cell: Any) -> str:

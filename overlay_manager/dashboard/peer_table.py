@@ -12,18 +12,10 @@ import time
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from python_qt_binding.QtCore import QPoint, Qt
-from python_qt_binding.QtGui import QBrush, QColor
 from python_qt_binding.QtWidgets import QAction, QMenu, QTableWidget, QToolButton, QWidget
 
 from overlay_manager.dashboard import format as fmt
-from overlay_manager.dashboard.cells import (
-    PathDelegate,
-    background_name,
-    cell_texts,
-    item,
-    paint_path_cell,
-    set_headers,
-)
+from overlay_manager.dashboard.cells import PathTable, background_name, item
 
 # (key, header, tooltip); keys are what the settings store.
 COLUMNS: Tuple[Tuple[str, str, str], ...] = (
@@ -45,25 +37,20 @@ OFFLINE_FOREGROUND = "#757575"  # text of an offline peer's row
 Rates = Callable[[str], Tuple[Optional[float], Optional[float]]]
 
 
-class PeerTable:
+class PeerTable(PathTable):
     """The peer table, its column menu and the handshake ages that move with the clock."""
 
     def __init__(self, table: QTableWidget, columns_button: QToolButton, parent: QWidget) -> None:
         """Set up ``table``'s columns (sorted by name) and the column menu of ``columns_button``
         and of the header's context menu (the menu belongs to ``parent``)."""
-        self.table = table
+        # the widths fit rqt's default plugin width without horizontal scrolling (the last
+        # column stretches)
+        super().__init__(table, COLUMNS, "name", (("name", 90), ("address", 95), ("online", 50), ("path", 75),
+                                                  ("where", 125), ("latency", 65), ("rx", 82), ("tx", 82)))
         self._handshakes: Dict[str, float] = {}   # name -> last handshake (POSIX s)
-        set_headers(table, COLUMNS)
         hh = table.horizontalHeader()
         hh.setContextMenuPolicy(Qt.CustomContextMenu)
         hh.customContextMenuRequested.connect(self._on_header_menu)
-        table.sortItems(COL["name"], Qt.AscendingOrder)
-        self._path_delegate = PathDelegate(table)
-        table.setItemDelegateForColumn(COL["path"], self._path_delegate)
-        # fits rqt's default plugin width without horizontal scrolling (the last column stretches)
-        for key, width in (("name", 90), ("address", 95), ("online", 50), ("path", 75),
-                           ("where", 125), ("latency", 65), ("rx", 82), ("tx", 82)):
-            table.setColumnWidth(COL[key], width)
 
         self._columns_menu = QMenu(parent)
         self._column_actions: Dict[str, QAction] = {}
@@ -133,13 +120,7 @@ class PeerTable:
             "handshake": item(fmt.format_age(handshake), handshake,
                               tooltip=fmt.format_clock(handshake)),
         }
-        tint = QBrush(QColor(fmt.path_tint(peer.path)))
-        for key, it in items.items():
-            it.setBackground(tint)
-            if not peer.online:
-                it.setForeground(QBrush(QColor(OFFLINE_FOREGROUND)))
-            self.table.setItem(row, COL[key], it)
-        paint_path_cell(items["path"], peer.path)
+        self.put_row(row, items, peer.path, "" if peer.online else OFFLINE_FOREGROUND)
         for key in ("latency", "rx", "tx"):
             items[key].setTextAlignment(Qt.AlignRight | Qt.AlignVCenter)
 
@@ -183,11 +164,9 @@ class PeerTable:
     def rows(self) -> List[Dict[str, str]]:
         """The table as plain data: cell texts by column key plus the path cell's
         (``path_colour``) and the row's (``row_tint``) background colours."""
-        t = self.table
         out = []
-        for row in range(t.rowCount()):
-            cells = cell_texts(t, COLUMN_KEYS, COL, row)
-            cells["path_colour"] = background_name(t.item(row, COL["path"]))
-            cells["row_tint"] = background_name(t.item(row, COL["name"]))
+        for row in range(self.table.rowCount()):
+            cells = self.row_texts(row)
+            cells["row_tint"] = background_name(self.table.item(row, COL["name"]))
             out.append(cells)
         return out
