@@ -29,9 +29,9 @@ from pathlib import Path
 from typing import Any, Dict, List
 
 import pytest
+from path_failover import node, run_failover
 
 from overlay_manager.lab import robots
-from overlay_manager.stats import percentile
 
 REPO = Path(__file__).resolve().parents[2]
 SPEC = REPO / "config" / "lab" / "relay_campus.yaml"
@@ -43,11 +43,6 @@ TO_PEER_RELAY_BOUND_S = 60.0   # derp -> peer-relay after the relay server is on
 TO_DERP_BOUND_S = 30.0         # peer-relay -> derp after the relay's tailscaled stops
 DERP_FRAME_BOUND_S = 30.0      # first frame over DERP after the switch (the relayed backlog drains first)
 MEASURED: Dict[str, Any] = {}
-
-
-def node(host: str) -> str:
-    """The overlay node of a host (robot.launch runs it as /<host>/overlay_manager)."""
-    return f"/{host}/overlay_manager"
 
 
 def _peers_where(lab: Any, host: str, peer: str, path: str, timeout: float) -> Dict[str, Any]:
@@ -143,58 +138,18 @@ def test_camera_over_the_relay(campus):
     assert rate["rate_hz"] >= 20.0, rate
 
 
-def _peer_path(host: str, peer: str, path: str):
-    return lambda ev: ev["ev"] == "peers" and ev["node"] == node(host) and ev["paths"].get(peer, [None])[0] == path
-
-
 def test_failover_relay_down_derp_and_back(campus):
     lab, _ = campus
-    rec = robots.Recorder(lab, SUB, image=CAMERA, nodes=[node(SUB)], name="relay_failover")
-    stopped = False
-    try:
-        rec.wait("the first camera frame", lambda ev: ev["ev"] == "frame", timeout=60)
-        rec.wait(f"{node(SUB)} ~peers: robot3 peer-relay", _peer_path(SUB, MASTER, "peer-relay"), timeout=60)
-        time.sleep(2)
-        t_stop = time.monotonic()
-        lab.stop_tailscaled(RELAY)
-        stopped = True
-        ev = rec.wait(f"{node(SUB)} ~peers: robot3 derp after relay1's tailscaled stopped",
-                      _peer_path(SUB, MASTER, "derp"), timeout=TO_DERP_BOUND_S + 30, since=t_stop)
-        t_derp = ev["t"]
-        # the stream's backlog drains through DERP first: wait (bounded) for a frame that arrived
-        # on the relayed path, then keep the DERP phase going a little longer
-        rec.wait("a camera frame received over DERP", lambda e: e["ev"] == "frame", timeout=DERP_FRAME_BOUND_S,
-                 since=t_derp)
-        time.sleep(2)
-        t_start = time.monotonic()
-        lab.start_tailscaled(RELAY)
-        stopped = False
-        ev = rec.wait(f"{node(SUB)} ~peers: robot3 peer-relay after relay1's tailscaled started",
-                      _peer_path(SUB, MASTER, "peer-relay"), timeout=TO_PEER_RELAY_BOUND_S + 30, since=t_start)
-        t_back = ev["t"]
-        time.sleep(2)
-        t_end = time.monotonic()
-    finally:
-        if stopped:
-            lab.start_tailscaled(RELAY)
-        rec.stop()
-    frames = rec.frames(t_stop - 2, t_end)
-    times = [f["t"] for f in frames]
-    gaps = [b - a for a, b in zip(times, times[1:])]
-    derp_lat = [f["lat_ms"] for f in frames if t_derp <= f["t"] < t_start and f["lat_ms"] is not None]
-    changes = [e for e in rec.events if e["ev"] == "change" and e["peer"] == MASTER]
-    m = {"to_derp_s": round(t_derp - t_stop, 2), "to_peer_relay_s": round(t_back - t_start, 2),
-         "longest_gap_s": round(max(gaps), 3) if gaps else None,
-         "frames_while_derp": len([t for t in times if t_derp <= t < t_start]),
-         "latency_derp_p50_ms": percentile(derp_lat, 50),
-         "path_changes": [f"{e['old']}->{e['new']} @{e['t'] - t_stop:+.1f}s" for e in changes]}
+    run = run_failover(lab, SUB, MASTER, "peer-relay", CAMERA, "relay_failover",
+                       break_link=("relay1's tailscaled stopped", lambda: lab.stop_tailscaled(RELAY)),
+                       restore_link=("relay1's tailscaled started", lambda: lab.start_tailscaled(RELAY)),
+                       path_timeout=60, derp_timeout=TO_DERP_BOUND_S + 30, derp_frame_timeout=DERP_FRAME_BOUND_S,
+                       back_timeout=TO_PEER_RELAY_BOUND_S + 30, settle_s=2.0)
+    m = run.measured("to_peer_relay_s")
+    m["frames_while_derp"] = run.count(run.t_derp, run.t_restore)
     MEASURED["failover"] = m
     print(f"failover (relay1's tailscaled stopped and started, camera robot3 -> robot4): {json.dumps(m)}")
     assert m["to_derp_s"] <= TO_DERP_BOUND_S, m
     assert m["to_peer_relay_s"] <= TO_PEER_RELAY_BOUND_S, m
     assert m["frames_while_derp"] > 0, m          # the topic kept flowing on DERP
-    assert times and times[-1] > t_back, m
-    to_derp = [e for e in changes if e["new"] == "derp" and e["t"] >= t_stop]
-    back = [e for e in changes if e["new"] == "peer-relay" and e["t"] >= t_start]
-    assert to_derp and to_derp[0]["old"] == "peer-relay", m["path_changes"]
-    assert back and back[0]["old"] == "derp", m["path_changes"]
+    run.assert_switched_and_back("peer-relay", m)
