@@ -5,6 +5,7 @@
   ROS_HOME and logs in the test's temporary directory, Debian's ROS Python first on PATH);
 - :func:`wait`: a bounded poll whose timeout fails the test and says what it waited for;
 - :func:`start`: a process of the graph, in its own process group, output to a log file;
+- :func:`read_jsonl`: what a recorder process has written so far (one JSON object a line);
 - :func:`stop_all`: stops what a test started, by pid, last started first.
 
 A plain module next to the tests: pytest puts this directory on ``sys.path`` (it has no
@@ -12,12 +13,13 @@ A plain module next to the tests: pytest puts this directory on ``sys.path`` (it
 """
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
 import subprocess
 from pathlib import Path
-from typing import Callable, Dict, Iterable, List, Mapping, Optional, Sequence, TypeVar, Union
+from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, TypeVar, Union
 
 from overlay_manager import children, waiting
 
@@ -69,6 +71,22 @@ def start(argv: Sequence[str], env: Mapping[str, str], log: Union[str, Path],
                                 start_new_session=True)
     procs.append(proc)
     return proc
+
+
+def read_jsonl(path: Union[str, Path]) -> List[Dict[str, Any]]:
+    """The JSON objects in a file a recorder appends to, one a line, in order; a line that does
+    not parse (the one being written) is left out, and a file not created yet has none."""
+    try:
+        text = Path(path).read_text()
+    except FileNotFoundError:
+        return []
+    out = []
+    for line in text.splitlines():
+        try:
+            out.append(json.loads(line))
+        except ValueError:
+            continue
+    return out
 
 
 def stop_all(procs: Sequence[subprocess.Popen], grace_s: float = 15.0) -> None:

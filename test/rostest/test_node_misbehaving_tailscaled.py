@@ -9,7 +9,6 @@ hang, daemon gone) the test checks, from a separate subscriber process:
 Huge numbers (1e400, > 2^64) must not be an error at all: counters are clamped, publishing goes on.
 Measured times are printed (pytest -s shows them).
 """
-import json
 import os
 import shutil
 import socket
@@ -18,7 +17,7 @@ import time
 
 import pytest
 import yaml
-from ros_graph import free_port, ros_env, start, stop_all, wait
+from ros_graph import free_port, read_jsonl, ros_env, start, stop_all, wait
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "unit"))
@@ -69,16 +68,7 @@ class Rig:
         return start(argv, self.env, log, self.procs)
 
     def events(self, since, topic):
-        out = []
-        if self.record.exists():
-            for line in self.record.read_text().splitlines():
-                try:
-                    e = json.loads(line)
-                except ValueError:
-                    continue  # a line being written
-                if e["topic"] == topic and e["t"] >= since:
-                    out.append(e)
-        return out
+        return [e for e in read_jsonl(self.record) if e["topic"] == topic and e["t"] >= since]
 
     def first(self, since, topic, pred, timeout, what):
         def find():

@@ -7,7 +7,6 @@ when given, does override; the analyzers file the node's statuses under /Overlay
 /Overlay/Links with per-peer severity by role; a killed node turns stale in the aggregator and
 is respawned by roslaunch (respawn, not required) while the rest of the launch keeps running.
 """
-import json
 import os
 import shutil
 import signal
@@ -18,7 +17,7 @@ import xmlrpc.client
 
 import pytest
 import yaml
-from ros_graph import free_port, ros_env, start, stop_all, wait
+from ros_graph import free_port, read_jsonl, ros_env, start, stop_all, wait
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "unit"))
@@ -91,16 +90,7 @@ class Launch:
 
     def agg(self, since):
         """name -> last (level, message) seen by the recorder after `since`."""
-        last = {}
-        if self.record.exists():
-            for line in self.record.read_text().splitlines():
-                try:
-                    e = json.loads(line)
-                except ValueError:
-                    continue
-                if e["t"] >= since:
-                    last[e["name"]] = (e["level"], e["message"])
-        return last
+        return {e["name"]: (e["level"], e["message"]) for e in read_jsonl(self.record) if e["t"] >= since}
 
     def wait_agg(self, since, what, pred, timeout):
         return wait(what, lambda: pred(self.agg(since)), timeout, lambda: f"{self.agg(since)}; {self.tail()}")
@@ -198,14 +188,7 @@ def test_monitor_launch_adds_analyzers_to_a_running_aggregator(tmp_path):
             "monitor.launch")
 
         def filed():
-            names = set()
-            if record.exists():
-                for line in record.read_text().splitlines():
-                    try:
-                        names.add(json.loads(line)["name"])
-                    except ValueError:
-                        continue
-            return {LINK_B, MACHINE} <= names
+            return {LINK_B, MACHINE} <= {e["name"] for e in read_jsonl(record)}
 
         wait("add_analyzers to file the statuses under /Overlay", filed, 60,
              lambda: (tmp_path / "monitor.launch.log").read_text()[-1500:])
