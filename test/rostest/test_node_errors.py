@@ -12,7 +12,7 @@ import yaml
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "unit"))
-from tsfake import FakeTailscaled  # noqa: E402
+from tsfake import FakeTailscaled, robot_config, write_robot_config  # noqa: E402
 
 pytestmark = pytest.mark.skipif(shutil.which("roscore") is None, reason="ROS not installed (scripts/setup)")
 SECRET = "hskey-auth-DO-NOT-LEAK-0123456789"
@@ -52,14 +52,8 @@ def _enrol_error_reported(env, config, text, timeout=30):
 
 
 def _config(tmp_path, fake, **extra):
-    data = {"hostname": "robota", "login_server": "http://10.250.0.1:8080", "base_domain": "fleet.internal",
-            "master": "robota", "tailscale": {"socket": fake.socket_path if fake else "/nonexistent.sock",
-                                              "cli": "/bin/false"},
-            "node": {"iperf_server": False, "netcheck_interval": 0}}
-    data.update(extra)
-    p = tmp_path / "robot.yaml"
-    p.write_text(yaml.safe_dump(data))
-    return str(p)
+    return str(write_robot_config(tmp_path / "robot.yaml", fake.socket_path if fake else "/nonexistent.sock",
+                                  {"iperf_server": False, "netcheck_interval": 0}, **extra))
 
 
 def test_bad_config_exits_2_naming_key(master, tmp_path):
@@ -95,9 +89,7 @@ def test_other_login_server_is_not_re_enrolled(master, tmp_path):
 def _raw_config(tmp_path, case):
     """A config file for each hostile input (None content = a directory)."""
     p = tmp_path / "robot.yaml"
-    base = {"hostname": "robota", "login_server": "http://10.250.0.1:8080", "base_domain": "fleet.internal",
-            "master": "robota", "tailscale": {"socket": "/nonexistent.sock", "cli": "/bin/false"},
-            "node": {"iperf_server": False, "netcheck_interval": 0}}
+    base = robot_config("/nonexistent.sock", {"iperf_server": False, "netcheck_interval": 0})
     if case == "directory":
         p.mkdir()
         return str(p)

@@ -11,11 +11,10 @@ import sys
 import time
 
 import pytest
-import yaml
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "unit"))
-from tsfake import FakeTailscaled  # noqa: E402
+from tsfake import FakeTailscaled, write_robot_config  # noqa: E402
 
 from overlay_manager import children  # noqa: E402
 from overlay_manager.stats import percentile  # noqa: E402
@@ -27,10 +26,7 @@ STATUS, BUS = "GET /localapi/v0/status", "GET /localapi/v0/watch-ipn-bus"
 
 def _node(env, tmp_path, fake, name, *params):
     cfg = tmp_path / "robot.yaml"
-    cfg.write_text(yaml.safe_dump({
-        "hostname": "robota", "login_server": "http://10.250.0.1:8080", "base_domain": "fleet.internal",
-        "master": "robota", "tailscale": {"socket": fake.socket_path, "cli": "/bin/false"},
-        "node": {"iperf_server": False, "netcheck_interval": 0, "preflight_interval": 0}}))
+    write_robot_config(cfg, fake.socket_path, {"iperf_server": False, "netcheck_interval": 0, "preflight_interval": 0})
     log = tmp_path / "node.log"
     proc = subprocess.Popen(["rosrun", "overlay_manager", "overlay_manager_node", f"_config:={cfg}",
                              f"__name:={name}", *params], env=env, stdout=open(log, "wb"), stderr=subprocess.STDOUT,

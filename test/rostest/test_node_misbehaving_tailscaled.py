@@ -16,12 +16,11 @@ import sys
 import time
 
 import pytest
-import yaml
 from ros_graph import free_port, read_jsonl, ros_env, start, stop_all, wait
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "unit"))
-from tsfake import FakeTailscaled  # noqa: E402
+from tsfake import FakeTailscaled, write_robot_config  # noqa: E402
 
 pytestmark = pytest.mark.skipif(shutil.which("roscore") is None, reason="ROS not installed (scripts/setup)")
 
@@ -45,11 +44,9 @@ class Rig:
         self.node_log = tmp / "node.log"
         self._start(["roscore", "-p", str(port)], tmp / "roscore.log")
         wait(f"roscore on 127.0.0.1:{port}", lambda: self._answers(port), 30, interval=0.05)
-        cfg = {"hostname": "robota", "login_server": "http://10.250.0.1:8080", "base_domain": "fleet.internal",
-               "master": "robota", "tailscale": {"socket": self.fake.socket_path, "cli": "/bin/false"},
-               "node": {"iperf_server": False, "netcheck_interval": 0, "preflight_interval": 0,
-                        "ping_interval": 1.0, "publish_rate": PUBLISH_RATE}}
-        (tmp / "robot.yaml").write_text(yaml.safe_dump(cfg))
+        write_robot_config(tmp / "robot.yaml", self.fake.socket_path,
+                           {"iperf_server": False, "netcheck_interval": 0, "preflight_interval": 0,
+                            "ping_interval": 1.0, "publish_rate": PUBLISH_RATE})
         self._start([sys.executable, os.path.join(HERE, "record_topics.py"), NODE, str(self.record)],
                     tmp / "recorder.log")
         self.node = self._start(["rosrun", "overlay_manager", "overlay_manager_node",

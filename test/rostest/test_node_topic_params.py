@@ -6,11 +6,10 @@ import subprocess
 import sys
 
 import pytest
-import yaml
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "unit"))
-from tsfake import FakeTailscaled  # noqa: E402
+from tsfake import FakeTailscaled, write_robot_config  # noqa: E402
 
 pytestmark = pytest.mark.skipif(shutil.which("roscore") is None, reason="ROS not installed (scripts/setup)")
 
@@ -19,10 +18,7 @@ def test_bad_host_aliases_exit_2(master, tmp_path):
     fake = FakeTailscaled()
     try:
         cfg = tmp_path / "robot.yaml"
-        cfg.write_text(yaml.safe_dump({
-            "hostname": "robota", "login_server": "http://10.250.0.1:8080", "base_domain": "fleet.internal",
-            "master": "robota", "tailscale": {"socket": fake.socket_path, "cli": "/bin/false"},
-            "node": {"iperf_server": False, "netcheck_interval": 0}}))
+        write_robot_config(cfg, fake.socket_path, {"iperf_server": False, "netcheck_interval": 0})
         proc = subprocess.run(["rosrun", "overlay_manager", "overlay_manager_node", f"_config:={cfg}",
                                "_host_aliases:=[robot1, robot2]", "__name:=om_alias_test"], env=master,
                               capture_output=True, text=True, timeout=60, check=False)

@@ -16,12 +16,11 @@ import time
 import xmlrpc.client
 
 import pytest
-import yaml
 from ros_graph import free_port, read_jsonl, ros_env, start, stop_all, wait
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "unit"))
-from tsfake import FakeTailscaled  # noqa: E402
+from tsfake import FakeTailscaled, write_robot_config  # noqa: E402
 
 pytestmark = pytest.mark.skipif(shutil.which("roslaunch") is None, reason="ROS not installed (scripts/setup)")
 HAVE_AGGREGATOR = os.path.exists("/usr/lib/diagnostic_aggregator/aggregator_node") or bool(
@@ -47,13 +46,10 @@ class Launch:
                            drop=("OVERLAY_MANAGER_HOST", "OVERLAY_MANAGER_CONFIG"))
         self.hosts = tmp / "hosts"
         self.hosts.write_text("127.0.0.1 localhost\n")
-        cfg = {"hostname": "robota", "login_server": "http://10.250.0.1:8080", "base_domain": "fleet.internal",
-               "master": "robota", "tailscale": {"socket": self.fake.socket_path, "cli": "/bin/false"},
-               "node": {"manage_hosts": True, "hosts_file": str(self.hosts), "required_peers": ["ghost"],
-                        "ping_interval": 0, "netcheck_interval": 0, "preflight_interval": 0,
-                        "topic_links_interval": 0}}
-        self.config = tmp / "robot.yaml"
-        self.config.write_text(yaml.safe_dump(cfg))
+        self.config = write_robot_config(
+            tmp / "robot.yaml", self.fake.socket_path,
+            {"manage_hosts": True, "hosts_file": str(self.hosts), "required_peers": ["ghost"], "ping_interval": 0,
+             "netcheck_interval": 0, "preflight_interval": 0, "topic_links_interval": 0})
         self.record = tmp / "agg.jsonl"
         self.log = tmp / "robot.launch.log"
         self.robot = self._start(["roslaunch", "-p", str(self.port), "overlay_manager", "robot.launch",

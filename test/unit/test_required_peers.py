@@ -2,7 +2,7 @@
 and the ROS master's machine); a closed operator laptop turns nothing red."""
 import os
 
-import yaml
+from tsfake import write_robot_config
 
 from overlay_manager.config import load_robot_config
 from overlay_manager.monitor import ERROR, OK, OverlayMonitor
@@ -15,10 +15,8 @@ def _monitor(fake, tmp_path, master="robota", **node):
     cfg_path = tmp_path / "robot.yaml"
     hosts = tmp_path / "hosts"
     hosts.write_text("127.0.0.1 localhost\n")
-    cfg_path.write_text(yaml.safe_dump({
-        "hostname": "robota", "login_server": "http://10.250.0.1:8080", "base_domain": "fleet.internal",
-        "master": master, "tailscale": {"socket": fake.socket_path, "cli": "/bin/false"},
-        "node": dict(hosts_file=str(hosts), netcheck_interval=0, **node)}))
+    write_robot_config(cfg_path, fake.socket_path, dict(hosts_file=str(hosts), netcheck_interval=0, **node),
+                       master=master)
     return OverlayMonitor(load_robot_config(str(cfg_path)), LocalAPI(fake.socket_path))
 
 

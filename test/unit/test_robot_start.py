@@ -5,7 +5,6 @@ import subprocess
 import sys
 
 import pytest
-import yaml
 
 from overlay_manager.config import load_robot_config
 from overlay_manager.enrolment import ensure_enrolled
@@ -17,7 +16,7 @@ ROOT = os.path.abspath(os.path.join(HERE, "..", ".."))
 EXAMPLE = os.path.join(ROOT, "config", "robot.example.yaml")
 SCRIPT = os.path.join(ROOT, "scripts", "overlay_env")
 sys.path.insert(0, HERE)
-from tsfake import FakeTailscaled  # noqa: E402
+from tsfake import FakeTailscaled, write_robot_config  # noqa: E402
 
 SECRET = "hskey-auth-REAUTH-SECRET-0123456789"
 
@@ -89,10 +88,8 @@ def reauth_setup(tmp_path):
     with os.fdopen(fd, "w") as fh:
         fh.write(SECRET + "\n")
     cfg_path = tmp_path / "robot.yaml"
-    cfg_path.write_text(yaml.safe_dump({
-        "hostname": "robota", "login_server": "http://10.250.0.1:8080", "base_domain": "fleet.internal",
-        "master": "robota", "auth_key_file": "auth.key",
-        "tailscale": {"socket": fake.socket_path, "cli": str(cli), "up_timeout": 5.0}}))
+    write_robot_config(cfg_path, fake.socket_path, auth_key_file="auth.key",
+                       tailscale={"socket": fake.socket_path, "cli": str(cli), "up_timeout": 5.0})
     yield fake, load_robot_config(str(cfg_path)), argv_log
     fake.close()
 
@@ -134,10 +131,7 @@ def test_overlay_address_exported_when_tailscaled_was_asked(tmp_path, capsys):
         hosts = tmp_path / "hosts"
         hosts.write_text("127.0.0.1 localhost\n")
         cfg = tmp_path / "robot.yaml"
-        cfg.write_text(yaml.safe_dump({
-            "hostname": "robota", "login_server": "http://10.250.0.1:8080", "base_domain": "fleet.internal",
-            "master": "robota", "tailscale": {"socket": fake.socket_path, "cli": "/bin/false"},
-            "node": {"hosts_file": str(hosts)}}))
+        write_robot_config(cfg, fake.socket_path, {"hosts_file": str(hosts)})
         assert main(["--config", str(cfg), "--write-hosts"]) == 0
         assert "export OVERLAY_MANAGER_ADDRESS=100.64.0.1\n" in capsys.readouterr().out
         target = tmp_path / "ros.env"

@@ -1,4 +1,5 @@
-"""Unit-test helpers: recorded tailscaled JSON and a fake LocalAPI unix socket (tailscaled stand-in).
+"""Unit-test helpers: recorded tailscaled JSON, a fake LocalAPI unix socket (tailscaled stand-in)
+and a robot config that points the node at it (:func:`robot_config`).
 
 The fake can also misbehave, like a broken or hung tailscaled, through ``FakeTailscaled.mode``
 (switchable at any time, applies to every request):
@@ -25,7 +26,11 @@ import socketserver
 import tempfile
 import threading
 from http.server import BaseHTTPRequestHandler
+from pathlib import Path
+from typing import Any, Optional, Union
 from urllib.parse import parse_qs, urlparse
+
+import yaml
 
 DATA = os.path.join(os.path.dirname(__file__), "..", "data")
 
@@ -36,11 +41,36 @@ def recorded(name: str) -> dict:
         return copy.deepcopy(json.load(fh))
 
 
+def robot_config(socket_path: str, node: Optional[dict] = None, **top: Any) -> dict:
+    """A robot config (parsed YAML) of machine ``robota`` in ``fleet.internal``, its own ROS master,
+    whose tailscaled LocalAPI is at ``socket_path`` and whose tailscale CLI is /bin/false (nothing
+    is ever enrolled). ``node``: the node section (none when None); ``top``: top-level keys to
+    add or replace (``master``, ``auth_key_file``, a whole ``tailscale`` section ...)."""
+    data: dict = {"hostname": "robota", "login_server": "http://10.250.0.1:8080", "base_domain": "fleet.internal",
+                  "master": "robota", "tailscale": {"socket": socket_path, "cli": "/bin/false"}}
+    if node is not None:
+        data["node"] = node
+    data.update(top)
+    return data
+
+
+def write_robot_config(path: Union[str, Path], socket_path: str, node: Optional[dict] = None, **top: Any) -> Path:
+    """:func:`robot_config` written to ``path`` as YAML; returns the path."""
+    path = Path(path)
+    path.write_text(yaml.safe_dump(robot_config(socket_path, node, **top)))
+    return path
+
+
 class _Server(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
     daemon_threads = True
 
 
 MODES = ("good", "garbage", "truncated", "huge", "hang", "trickle", "close", "http500")
+
+
+def status_body(status: dict) -> bytes:
+    """status as tailscaled writes it (Go's json.Encoder indented with tabs, then a newline)."""
+    return (json.dumps(status, indent="\t") + "\n").encode()
 
 
 def huge_status(status: dict) -> bytes:
@@ -49,8 +79,7 @@ def huge_status(status: dict) -> bytes:
     doc = copy.deepcopy(status)
     for ps in doc.get("Peer", {}).values():
         ps["RxBytes"], ps["TxBytes"] = "@RX@", "@TX@"
-    text = json.dumps(doc).replace('"@RX@"', "1e400").replace('"@TX@"', str(2 ** 70))
-    return text.encode()
+    return status_body(doc).replace(b'"@RX@"', b"1e400").replace(b'"@TX@"', str(2 ** 70).encode())
 
 
 class FakeTailscaled:
@@ -112,7 +141,7 @@ class FakeTailscaled:
                 if mode == "garbage":
                     self.wfile.write(b"\x00\xffthis is not HTTP\r\n\r\n")
                 elif mode == "truncated":
-                    body = json.dumps(fake.status).encode()
+                    body = status_body(fake.status)
                     self.send_response(200)
                     self.send_header("Content-Type", "application/json")
                     self.send_header("Content-Length", str(len(body)))
@@ -123,7 +152,7 @@ class FakeTailscaled:
                 elif mode == "hang":  # like a wedged daemon: this request never gets an answer
                     fake._closing.wait()
                 elif mode == "trickle":
-                    body = json.dumps(fake.status).encode()
+                    body = status_body(fake.status)
                     self.send_response(200)
                     self.send_header("Content-Length", str(len(body)))
                     self.end_headers()
@@ -174,7 +203,7 @@ class FakeTailscaled:
                 if self.path.startswith("/localapi/v0/watch-ipn-bus") and fake.ipn_bus:
                     self._bus()
                 elif self.path == "/localapi/v0/status":
-                    self._send(200, fake.status)
+                    self._send(200, status_body(fake.status))
                 elif self.path == "/localapi/v0/prefs":
                     self._send(200, fake.prefs)
                 elif self.path == "/localapi/v0/derpmap":
