@@ -194,3 +194,27 @@ def _update(path: str, make: Callable[[bytes], bytes]) -> bool:
     except OSError as exc:
         where = f" ({exc.filename})" if exc.filename and exc.filename != path else ""
         raise HostsError(f"{path}: cannot update{where}: {exc.strerror or exc}") from None
+
+
+class ManagedHosts:
+    """The managed block of one hosts file, kept in step with the tailnet (split horizon): this
+    machine's own names -> loopback, so its own ROS graph never depends on tailscaled; every
+    other machine -> its overlay addresses. Written only when the entries change."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self._entries: Optional[List[Tuple[str, Tuple[str, ...]]]] = None  # last written
+
+    def update(self, self_peer: Optional[object], fqdn: str, peers: Sequence[object]) -> str:
+        """Write the block for these peers if it changed; returns the error ("" = ok)."""
+        own = own_names(self_peer, fqdn, peers)
+        entries = [(a, tuple(n)) for a, n in entries_for(peers, own)]
+        if entries == self._entries:
+            return ""
+        try:
+            update_hosts_file(self.path, entries)
+        except HostsError as exc:
+            return str(exc)
+        self._entries = entries
+        return ""
+

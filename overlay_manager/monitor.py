@@ -17,22 +17,43 @@ answer is and also notices a read that is still hanging, before its timeout.
 
 from __future__ import annotations
 
-import ipaddress
 import math
 import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, replace
-from typing import Callable, Dict, FrozenSet, List, Optional, Set, Tuple
+from dataclasses import replace
+from typing import Callable, Dict, FrozenSet, List, Optional, Set
 
 from . import links
 from .config import RobotConfig
-from .hosts import HostsError, entries_for, own_names, update_hosts_file
+from .diagnose import (
+    PeerDiagnostics,
+    missing_required,
+    overlay_diagnostic,
+    preflight_checks,
+    relay_diagnostic,
+    stale_diagnostic,
+)
+from .hosts import ManagedHosts
+from .monitor_types import (  # noqa: F401 - the monitor's value types, imported from here too
+    ERROR,
+    HANG_REPORT_S,
+    OK,
+    OVERLAY_V4,
+    OVERLAY_V6,
+    STATUS_TIMEOUT_S,
+    WARN,
+    Check,
+    Diagnostic,
+    Freshness,
+    LinkMeasurement,
+    PingOutcome,
+    Reading,
+    WaitResult,
+    is_overlay_address,
+)
 from .peers import (
-    PATH_DERP,
     PATH_DIRECT,
-    PATH_IDLE,
-    PATH_OFFLINE,
     PATH_PEER_RELAY,
     PATH_UNKNOWN,
     NatInfo,
@@ -49,121 +70,11 @@ from .peers import (
     ping_path,
     with_latency,
 )
-from .relay import RelayServerState, apply_relay, read_relay_state, relay_summary
-from .ros_env import RosEnv, compute_env, resolve, tcp_answers
+from .relay import RelayServerState, sync_relay
+from .ros_env import RosEnv, compute_env
+from .status_json import StatusDecoder
 from .tailscale import LocalAPI, TailscaledNotRunning, TailscaleError, netcheck
 from .workers import describe
-
-OVERLAY_V4 = ipaddress.ip_network("100.64.0.0/10")
-OVERLAY_V6 = ipaddress.ip_network("fd7a:115c:a1e0::/48")
-
-# diagnostic levels (same numbers as diagnostic_msgs/DiagnosticStatus)
-OK, WARN, ERROR = 0, 1, 2
-
-STATUS_TIMEOUT_S = 1.5
-"""Seconds one status read may take. tailscaled answers /status in milliseconds; a hung daemon
-must not hold the poll thread longer than this, so polling resumes soon after it answers again."""
-HANG_REPORT_S = 0.75
-"""A status read still unanswered after this many seconds is reported as tailscaled not
-answering, before the read's own timeout expires."""
-
-
-def is_overlay_address(addr: str) -> bool:
-    """True for Tailscale's CGNAT v4 range and ULA v6 range."""
-    try:
-        ip = ipaddress.ip_address(addr)
-    except ValueError:
-        return False
-    return ip in OVERLAY_V4 if ip.version == 4 else ip in OVERLAY_V6
-
-
-@dataclass(frozen=True)
-class PingOutcome:
-    """Result of ping_peer. Latencies in ms (NaN when none answered)."""
-
-    ok: bool
-    latency_min_ms: float = math.nan
-    latency_mean_ms: float = math.nan
-    latency_max_ms: float = math.nan
-    received: int = 0
-    path: str = PATH_UNKNOWN
-    endpoint: str = ""
-    message: str = ""
-
-
-@dataclass(frozen=True)
-class WaitResult:
-    """Result of wait_for_peer. waited_s: seconds spent; peer: the last state seen (None = unknown)."""
-
-    ok: bool
-    peer: Optional[PeerState]
-    waited_s: float
-    message: str = ""
-
-
-@dataclass(frozen=True)
-class LinkMeasurement:
-    """Result of measure_link: the measured values, the path at the end of the run, and why it
-    failed ("" = ok)."""
-
-    ok: bool
-    result: links.LinkResult
-    path: str
-    message: str = ""
-
-
-@dataclass(frozen=True)
-class Reading:
-    """What tailscaled last said, swapped whole by OverlayMonitor.poll.
-
-    snapshot: what to present: the last status read; while tailscaled fails, its peers with path
-        offline/unknown (see peers.blind); None until tailscaled first answered.
-    error: why the last read failed ("" = it succeeded).
-    daemon_gone: the last failure says tailscaled is not running (no socket, refused).
-    ok_at: monotonic seconds of the last useful answer; NaN = never.
-    ok_wall: POSIX seconds of the same moment; 0 = never.
-    """
-
-    snapshot: Optional[Snapshot] = None
-    error: str = ""
-    daemon_gone: bool = False
-    ok_at: float = math.nan
-    ok_wall: float = 0.0
-
-
-@dataclass(frozen=True)
-class Freshness:
-    """How current the presented status is at one moment.
-
-    stale: not from a current read (an error, a hanging read, or no read for stale_after_s).
-    age_s: seconds since tailscaled last answered usefully; NaN = never.
-    error: why tailscaled cannot be read right now ("" = it answers); worded to stay the same
-        while the condition lasts (no running counts), so change detection stays quiet.
-    """
-
-    stale: bool
-    age_s: float
-    error: str
-
-
-@dataclass(frozen=True)
-class Check:
-    """One preflight check."""
-
-    name: str
-    ok: bool
-    message: str
-    hint: str = ""
-
-
-@dataclass(frozen=True)
-class Diagnostic:
-    """One /diagnostics entry, ROS-free."""
-
-    level: int
-    name: str
-    message: str
-    values: Tuple[Tuple[str, str], ...] = ()
 
 
 class OverlayMonitor:
@@ -193,7 +104,7 @@ class OverlayMonitor:
         self._latency: Dict[str, float] = {}     # key: dns_name or name -> ms
         self._lock = threading.Lock()
         self._regions: Dict[int, str] = {}
-        self._hosts_entries: Optional[List[Tuple[str, Tuple[str, ...]]]] = None
+        self._hosts = ManagedHosts(cfg.node.hosts_file)  # the poll thread's (node.manage_hosts)
         self._pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="overlay-ping")
         self._pings: Set[Future] = set()          # in-flight ping_watched futures (cancelled by close)
         # this machine's peer relay server as last read (overlay-relay thread; one assignment)
@@ -202,6 +113,8 @@ class OverlayMonitor:
         # node's topic-link thread in one assignment); None = no topic-link map (ping every peer)
         self.topic_peers: Optional[FrozenSet[str]] = None
         self._parse_cache: ParseCache = {}        # the poll thread's (peers.parse_status)
+        self._decoder = StatusDecoder()           # the poll thread's (unchanged peers' JSON reused)
+        self._peer_diags = PeerDiagnostics()      # the reporting thread's (diagnostics())
 
     # ----- status ---------------------------------------------------------------------------
     @property
@@ -223,7 +136,7 @@ class OverlayMonitor:
         old = self.reading
         self._poll_started = self.clock()
         try:
-            raw = self.api.status(timeout=STATUS_TIMEOUT_S)
+            raw = self.api.status(timeout=STATUS_TIMEOUT_S, decoder=self._decoder)
             snap = parse_status(raw, self._parse_cache)
         except TailscaleError as exc:
             return self._failed(old, str(exc), isinstance(exc, TailscaledNotRunning))
@@ -269,25 +182,25 @@ class OverlayMonitor:
             error = "tailscaled not read yet"
         return Freshness(bool(error), age, error)
 
+    def freshness_changes_at(self, now: float) -> float:
+        """The monotonic time at which freshness(…) may change with no new read finishing: a read
+        in progress turns into "not answering", or the last answer grows older than
+        stale_after_s. inf when neither can happen (already failing or never read)."""
+        r, started = self.reading, self._poll_started
+        times = [math.inf]
+        if not r.error and started is not None and now - started <= HANG_REPORT_S:
+            times.append(started + HANG_REPORT_S)
+        if not r.error and not math.isnan(r.ok_at) and now - r.ok_at <= self.stale_after_s:
+            times.append(r.ok_at + self.stale_after_s)
+        return min(times)
+
     @staticmethod
     def _key(p: PeerState) -> str:
         return p.dns_name or p.name
 
     def _update_hosts(self, snap: Snapshot) -> None:
-        # split horizon: this machine's own names -> loopback, so its own ROS graph never
-        # depends on tailscaled; every other machine -> its overlay addresses
-        if snap.backend_state != "Running":
-            return  # starting or logged out: no peers listed; keep the last block meanwhile
-        own = own_names(snap.self_peer, self.cfg.fqdn, snap.peers)
-        entries = [(a, tuple(n)) for a, n in entries_for(snap.peers, own)]
-        if entries == self._hosts_entries:
-            return
-        try:
-            update_hosts_file(self.cfg.node.hosts_file, entries)
-            self._hosts_entries = entries
-            self.hosts_error = ""
-        except HostsError as exc:
-            self.hosts_error = str(exc)
+        if snap.backend_state == "Running":  # starting or logged out: no peers; keep the last block
+            self.hosts_error = self._hosts.update(snap.self_peer, self.cfg.fqdn, snap.peers)
 
     def ros_env(self) -> RosEnv:
         """ROS env in overlay names (uses tailscaled's own name and address for this machine when
@@ -309,48 +222,15 @@ class OverlayMonitor:
 
     # ----- this machine as a peer relay -------------------------------------------------------
     def refresh_relay(self) -> str:
-        """Make tailscaled's relay server match the config's ``relay`` key (on, off when the key
-        is absent; idempotent) and read its port and sessions into :attr:`relay_state`.
-
-        Returns a line worth logging when the prefs were changed or could not be ("" = nothing
-        to say). Never raises for tailscaled's answers: a failure is kept in relay_state.error.
-        Blocks on the LocalAPI (bounded), so only the overlay-relay thread calls it.
-        """
-        note = ""
-        try:
-            res = apply_relay(self.api, self.cfg.relay)
-            if res.changed:
-                note = res.message
-        except TailscaleError as exc:
-            if self.cfg.relay is None:
-                # not a relay host: the poll thread reports an unreachable tailscaled
-                self.relay_state = RelayServerState()
-                return ""
-            self.relay_state = RelayServerState(error=f"cannot set the peer relay server: {exc}")
-            return self.relay_state.error
-        if self.cfg.relay is None:
-            self.relay_state = RelayServerState()  # off, as the prefs say now
-        else:
-            self.relay_state = read_relay_state(self.api)
+        """Make tailscaled's relay server match the config's ``relay`` key and read its state
+        into :attr:`relay_state` (relay.sync_relay). Returns a line worth logging ("" = nothing
+        to say). Blocks on the LocalAPI (bounded), so only the overlay-relay thread calls it."""
+        self.relay_state, note = sync_relay(self.api, self.cfg.relay)
         return note
 
     def relay_diagnostic(self) -> Optional[Diagnostic]:
-        """The "peer relay" entry: on a relay host (or one serving a relay it should not), what
-        it relays, on which port, how many sessions; None on other machines."""
-        st = self.relay_state
-        if self.cfg.relay is None and not st.active and not st.error:
-            return None
-        text, ok = relay_summary(self.cfg.relay, st)
-        values = [("asked_port", str(self.cfg.relay.port) if self.cfg.relay else "none (no relay key)"),
-                  ("port", "off" if st.port is None else str(st.port)),
-                  ("sessions", str(len(st.sessions))),
-                  ("sessions_carrying_traffic", str(sum(1 for x in st.sessions if x.bound)))]
-        if self.cfg.relay and self.cfg.relay.static_endpoints:
-            values.append(("static_endpoints", " ".join(self.cfg.relay.static_endpoints)))
-        for x in st.sessions:
-            values.append((f"session vni {x.vni}", f"{x.endpoints[0] or '?'} <-> {x.endpoints[1] or '?'}, "
-                                                   f"bytes {x.bytes[0]} / {x.bytes[1]}"))
-        return Diagnostic(OK if ok else WARN, "peer relay", text, tuple(values))
+        """The "peer relay" entry (diagnose.relay_diagnostic); None on machines that are not relays."""
+        return relay_diagnostic(self.cfg, self.relay_state)
 
     # ----- peers ----------------------------------------------------------------------------
     def find(self, name: str) -> Optional[PeerState]:
@@ -495,143 +375,33 @@ class OverlayMonitor:
 
     # ----- preflight and diagnostics --------------------------------------------------------
     def preflight(self) -> List[Check]:
-        """Check this machine's ROS names resolve to overlay addresses and the master answers."""
+        """Check this machine's ROS names resolve to overlay addresses and the master answers
+        (diagnose.preflight_checks with this process's environment); kept for /diagnostics."""
         import os
         env = self.env if self.env is not None else dict(os.environ)
-        want = self.ros_env()
-        checks: List[Check] = []
-        own = set(self.snapshot.self_peer.addresses) if self.snapshot and self.snapshot.self_peer else set()
-        host = env.get("ROS_HOSTNAME", "")
-        if host.rstrip(".") != want.ros_hostname:
-            checks.append(Check("ros_hostname_set", False,
-                                f"ROS_HOSTNAME is {host!r}, not this machine's overlay name {want.ros_hostname}",
-                                'eval "$(rosrun overlay_manager overlay_env --config <robot.yaml>)" before roslaunch'))
-        else:
-            checks.append(Check("ros_hostname_set", True, f"ROS_HOSTNAME={host}"))
-        addrs = resolve(want.ros_hostname)
-        if not addrs:
-            checks.append(Check("ros_hostname_resolves", False, f"{want.ros_hostname} does not resolve",
-                                "turn MagicDNS on (accept_dns) or set node.manage_hosts: true"))
-        elif own and any(not (a.startswith("127.") or a == "::1") and a not in own for a in addrs):
-            # this machine's own name must lead back to this machine: loopback (the managed hosts
-            # block's split horizon) or this machine's own overlay address
-            checks.append(Check("ros_hostname_resolves", False,
-                                f"{want.ros_hostname} resolves to {', '.join(addrs)}, not to loopback or this "
-                                f"machine's overlay address {', '.join(sorted(own))}",
-                                "remove stale entries for this name from /etc/hosts or DNS"))
-        else:
-            checks.append(Check("ros_hostname_resolves", True, f"{want.ros_hostname} -> {', '.join(addrs)}"))
-        master = self.cfg.master_fqdn
-        maddrs = resolve(master)
-        if not maddrs:
-            checks.append(Check("master_resolves", False, f"master {master} does not resolve",
-                                "is the master machine enrolled? turn MagicDNS on or node.manage_hosts: true"))
-        elif not any(is_overlay_address(a) or a.startswith("127.") for a in maddrs):
-            checks.append(Check("master_resolves", False,
-                                f"master {master} resolves to {', '.join(maddrs)}, not an overlay address",
-                                "fix DNS or /etc/hosts so overlay names map to 100.64.0.0/10 addresses"))
-        else:
-            checks.append(Check("master_resolves", True, f"{master} -> {', '.join(maddrs)}"))
-        if maddrs and tcp_answers(master, self.cfg.master_port, 2.0):
-            checks.append(Check("master_xmlrpc", True, f"{master}:{self.cfg.master_port} answers"))
-        else:
-            checks.append(Check("master_xmlrpc", False,
-                                f"ROS master XML-RPC {master}:{self.cfg.master_port} does not answer",
-                                "start roscore on the master machine; check the overlay path to it"))
-        self.checks = checks
-        return checks
+        snap = self.snapshot
+        own = set(snap.self_peer.addresses) if snap and snap.self_peer else set()
+        self.checks = preflight_checks(self.cfg, env, self.ros_env(), own)
+        return self.checks
 
     def diagnostics(self) -> List[Diagnostic]:
         """One entry for the overlay and one per peer: OK direct, peer-relay or idle; WARN relayed
         through DERP; offline is ERROR for a required peer (required_peers()), else OK. A required
-        peer missing from the tailnet gets an ERROR entry of its own."""
-        out: List[Diagnostic] = []
+        peer missing from the tailnet gets an ERROR entry of its own. While tailscaled cannot be
+        read, one entry only (see diagnose.py)."""
         r = self.reading
         snap = r.snapshot
         fresh = self._freshness(r, self.clock())
         if fresh.stale or snap is None:
-            # one entry only: nothing per peer is known while tailscaled cannot be read
-            age = "never" if math.isnan(fresh.age_s) else f"{fresh.age_s:.1f}"
-            vals = [("error", fresh.error), ("status_age_s", age), ("login_server", self.cfg.login_server)]
-            if snap is None:
-                msg = f"tailscaled not reachable: {fresh.error}"
-            else:
-                msg = f"stale: tailscaled last answered {age} s ago: {fresh.error}"
-                if snap.self_peer:
-                    vals.append(("addresses", " ".join(snap.self_peer.addresses)))
-            out.append(Diagnostic(ERROR, "overlay", msg, tuple(vals)))
-            return out
-        values = [("backend_state", snap.backend_state), ("login_server", self.cfg.login_server),
-                  ("control_reachable", str(snap.control_reachable)), ("nat", self.nat.summary),
-                  ("peers", str(len(snap.peers))),
-                  ("ros_hostname", self.ros_env().ros_hostname),
-                  ("ros_master_uri", self.ros_env().ros_master_uri)]
-        if snap.self_peer:
-            values.append(("addresses", " ".join(snap.self_peer.addresses)))
-        for h in snap.health:
-            values.append(("health", h))
-        failing = [c for c in self.checks if not c.ok]
-        for c in self.checks:
-            values.append((f"preflight {c.name}", c.message + (f" -- {c.hint}" if c.hint and not c.ok else "")))
-        enrol_error = self.enrol_error
-        if enrol_error:
-            values.append(("enrol_error", enrol_error))
-            level, msg = ERROR, f"enrolment failed: {enrol_error}"
-        elif snap.backend_state != "Running":
-            level, msg = ERROR, f"not enrolled: tailscaled state is {snap.backend_state or 'unknown'}"
-        elif not snap.control_reachable:
-            level, msg = WARN, "control server unreachable: existing links keep working, changes wait"
-        elif self.hosts_error:
-            level, msg = WARN, self.hosts_error
-        elif failing:
-            level, msg = WARN, f"preflight: {failing[0].message} -- {failing[0].hint}"
-        elif snap.health:
-            level, msg = WARN, snap.health[0]
-        else:
-            level, msg = OK, f"enrolled as {snap.self_peer.dns_name if snap.self_peer else '?'}"
-        out.append(Diagnostic(level, "overlay", msg, tuple(values)))
+            return [stale_diagnostic(snap, fresh, self.cfg.login_server)]
+        out = [overlay_diagnostic(snap, self.cfg, self.ros_env(), self.nat, self.checks, self.enrol_error,
+                                  self.hosts_error)]
         relay = self.relay_diagnostic()
         if relay is not None:
             out.append(relay)
         required = self.required_peers()
-        for name in sorted(required - {p.name.lower() for p in snap.peers}):
-            out.append(Diagnostic(ERROR, f"peer {name}", "required peer is not on the overlay (never "
-                                  "enrolled, or removed from the tailnet, or hidden by the ACL policy)",
-                                  (("required", "true"),)))
-        for p in snap.peers:
-            pv = (("dns_name", p.dns_name), ("addresses", " ".join(p.addresses)), ("path", p.path),
-                  ("endpoint", p.endpoint), ("relay_region", p.relay_region),
-                  ("latency_ms", "unknown" if math.isnan(p.latency_ms) else f"{p.latency_ms:.2f}"))
-            if p.path == PATH_OFFLINE:
-                if p.name.lower() in required:
-                    d = Diagnostic(ERROR, f"peer {p.name}", "offline (a required peer: the ROS master's "
-                                   "machine or in node.required_peers)", pv)
-                else:
-                    d = Diagnostic(OK, f"peer {p.name}", "offline (not a required peer)", pv)
-            elif p.path == PATH_DIRECT:
-                d = Diagnostic(OK, f"peer {p.name}", f"direct via {p.endpoint}", pv)
-            elif p.path == PATH_DERP:
-                reason = "relayed through DERP"
-                if self.nat.known and not self.nat.udp:
-                    reason += ": UDP is blocked on this network"
-                elif self.nat.known and self.nat.hard_nat:
-                    reason += ": this machine is behind a hard (symmetric) NAT"
-                else:
-                    reason += " (hole punching failed or not finished; the peer's NAT may be hard)"
-                d = Diagnostic(WARN, f"peer {p.name}", f"{reason}, region {p.relay_region}", pv)
-            elif p.path == PATH_PEER_RELAY:
-                # OK, not WARN: one UDP hop through a fleet relay machine carries near-direct
-                # throughput (measured: several times DERP); the WARN is for DERP, where links
-                # fall back to when the relay goes away
-                relay = f"relay {p.relay_host} ({p.peer_relay})" if p.relay_host else f"relay {p.peer_relay}"
-                d = Diagnostic(OK, f"peer {p.name}", f"peer-relay via {relay}: one UDP hop through the "
-                               "relay, near-direct throughput",
-                               pv + (("peer_relay", p.peer_relay), ("relay_host", p.relay_host or "unknown")))
-            elif p.path == PATH_IDLE:
-                d = Diagnostic(OK, f"peer {p.name}", "online, idle (no traffic yet: path unknown)", pv)
-            else:
-                d = Diagnostic(WARN, f"peer {p.name}", "path unknown", pv)
-            out.append(d)
+        out.extend(missing_required(required, snap))
+        out.extend(self._peer_diags.entries(snap.peers, required, self.nat))
         return out
 
     def close(self) -> None:

@@ -51,19 +51,16 @@ deque (thread-safe append/popleft).
 from __future__ import annotations
 
 import collections
-import io
 import math
-import os
 import subprocess
-import sys
 import threading
 import time
 from typing import Any, Deque, Dict, List, Optional, Tuple
 
 import rospy
-from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
+from diagnostic_msgs.msg import DiagnosticArray
 
-from overlay_manager.msg import NatSummary, OverlayStatus, PathChange, Peer, PeerList, PreflightCheck
+from overlay_manager.msg import OverlayStatus, PathChange, PeerList, PreflightCheck
 from overlay_manager.srv import (
     GetPeer,
     GetPeerResponse,
@@ -82,71 +79,24 @@ from overlay_manager.srv import (
 )
 
 from . import children
-from .config import ConfigError, NodeSettings, apply_overrides, load_robot_config, override_master
-from .enrolment import ensure_enrolled
 from .ipnbus import BusWatcher
 from .links import iperf_server_argv
-from .monitor import ERROR, OK, STATUS_TIMEOUT_S, Freshness, OverlayMonitor, Reading
-from .node_topics import XMLRPC_TIMEOUT_S, TopicLinkReporter, parse_host_aliases
-from .peers import TIME_MAX, PathChangeEvent, PeerState, clamp_uint64, topology_key
-from .relay import relay_summary
-from .tailscale import EnrolError, LocalAPI, TailscaleError
+from .monitor import ERROR, STATUS_TIMEOUT_S, Freshness, OverlayMonitor, Reading
+from .node_messages import ReportMessages, peer_msg, status_key  # noqa: F401 - status_key: also the node's API
+from .node_topics import XMLRPC_TIMEOUT_S, TopicLinkReporter
+from .peers import PathChangeEvent
 from .workers import ERROR as LOG_ERROR
 from .workers import INFO, WARN, LogQueue, Worker, WorkerHealth, describe
 
 RELAY_INTERVAL_S = 10.0
 """Seconds between checks of this machine's peer relay server (prefs as configured, sessions)."""
-REPORT_TICK_S = 0.1
-"""Seconds between checks of the reporting thread: how soon a change (a failed read, a hang, a
-path change) is published at the latest."""
-ENROL_RETRY_S = 30.0
-"""Seconds between enrolment attempts after an enrolment error (bad or used key, other server):
-slow enough not to hammer the control server, fast enough to pick up a fixed key file."""
-
-
-def _time(posix_s: float) -> rospy.Time:
-    """POSIX seconds -> rospy.Time; 0 (unknown) outside ROS time's range or not finite."""
-    if not (isinstance(posix_s, (int, float)) and math.isfinite(posix_s) and 0 < posix_s <= TIME_MAX):
-        return rospy.Time(0)
-    return rospy.Time.from_sec(posix_s)
-
-
-def peer_msg(p: Optional[PeerState]) -> Peer:
-    """PeerState -> overlay_manager/Peer (counters clamped to uint64, bad times -> 0)."""
-    m = Peer()
-    if p is None:
-        m.path = Peer.PATH_UNKNOWN
-        m.latency_ms = math.nan
-        return m
-    m.name, m.dns_name, m.addresses = p.name, p.dns_name, list(p.addresses)
-    m.online, m.active, m.path = p.online, p.active, p.path
-    m.endpoint, m.relay_region, m.latency_ms = p.endpoint, p.relay_region, p.latency_ms
-    m.last_handshake, m.last_seen = _time(p.last_handshake), _time(p.last_seen)
-    m.rx_bytes, m.tx_bytes = clamp_uint64(p.rx_bytes), clamp_uint64(p.tx_bytes)
-    m.tags, m.os = list(p.tags), p.os
-    m.peer_relay, m.relay_host = p.peer_relay, p.relay_host
-    return m
-
-
-def status_key(st: OverlayStatus) -> Optional[bytes]:
-    """The whole message serialized, except header.stamp and status_age (which change every
-    time): equal keys mean nothing worth publishing at once changed. None when it cannot be
-    serialized (the publish will say why)."""
-    saved = st.header.stamp, st.status_age
-    st.header.stamp, st.status_age = rospy.Time(0), 0.0
-    buf = io.BytesIO()
-    try:
-        st.serialize(buf)
-    except Exception:  # noqa: BLE001 - reported by the publish that follows
-        return None
-    finally:
-        st.header.stamp, st.status_age = saved
-    return buf.getvalue()
-
-
-def _ros_log(level: str, text: str) -> None:
-    """LogQueue writer: one rospy log call (may block on the master; only overlay-log waits)."""
-    {"debug": rospy.logdebug, "info": rospy.loginfo, "warn": rospy.logwarn}.get(level, rospy.logerr)(text)
+REPORT_TICK_S = 0.25
+"""Longest sleep of the reporting thread between checks. Every finished read, path change,
+relay and NAT check wakes it at once, and it wakes itself when a read in progress turns into a
+hang or the status turns stale (OverlayMonitor.freshness_changes_at), so this bounds only how
+late a failing worker thread or a publish fault is reported."""
+REPORT_MIN_SLEEP_S = 0.01
+"""Shortest sleep of the reporting thread (a deadline that has just passed does not spin it)."""
 
 
 class OverlayNode:
@@ -171,8 +121,7 @@ class OverlayNode:
         self._last_peers: Optional[Tuple[Any, ...]] = None  # overlay-report only
         self._next_periodic = 0.0                          # overlay-report only (monotonic s)
         self._publish_faults: Dict[str, str] = {}          # overlay-report only: topic -> error
-        self._diag_msgs: Dict[Any, DiagnosticStatus] = {}  # overlay-report only: Diagnostic -> message
-        self._peer_msgs: Dict[PeerState, Peer] = {}        # overlay-report only: PeerState -> message
+        self.msgs = ReportMessages(monitor, self._name)     # overlay-report only: builders and caches
         self._logged_error = ""                            # overlay-poll only
         self._reporter_fault = ""                          # overlay-poll only
         self._iperf: Optional[Any] = None                  # overlay-iperf only
@@ -314,7 +263,7 @@ class OverlayNode:
         reading = self.m.reading
         fresh = self.m.freshness(mono)
         health = [self.reporter.health(mono)] + [w.health(mono) for w in self.workers]
-        peers_key = (topology_key(reading.snapshot), fresh.stale)
+        peers_key = self.msgs.peers_key(reading, fresh.stale)
         peers_changed = peers_key != self._last_peers
         if periodic or peers_changed:
             self._last_peers = peers_key
@@ -328,6 +277,10 @@ class OverlayNode:
             self._publish(self.pub_status, st, "~status")
         if periodic or status_changed or peers_changed:
             self._publish(self.pub_diag, self.diagnostics_msg(now, health), "/diagnostics")
+        # sleep until the next periodic publish or the moment the status may turn stale on its
+        # own, REPORT_TICK_S at most; every other change wakes this thread
+        wake = min(self._next_periodic, self.m.freshness_changes_at(mono) + REPORT_MIN_SLEEP_S)
+        self.reporter.period_s = min(REPORT_TICK_S, max(REPORT_MIN_SLEEP_S, wake - mono))
 
     def _publish(self, pub: rospy.Publisher, msg: Any, topic: str) -> None:
         """Publish; a message that cannot be sent is reported (faults, once in the log), not fatal."""
@@ -342,80 +295,19 @@ class OverlayNode:
             self._publish_faults.pop(topic, None)
 
     def peer_list_msg(self, reading: Reading, fresh: Freshness, now: rospy.Time) -> PeerList:
-        """~peers: stamp = when tailscaled last answered (now if never), stale as in ~status."""
-        snap = reading.snapshot
-        pl = PeerList()
-        pl.header.stamp = _time(reading.ok_wall) if reading.ok_wall > 0 else now
-        pl.stale = fresh.stale
-        pl.self_peer = peer_msg(snap.self_peer if snap else None)
-        built: Dict[PeerState, Peer] = {}
-        for p in snap.peers if snap else ():
-            m = self._peer_msgs.get(p)  # unchanged peers (the same PeerState) keep their message
-            built[p] = m if m is not None else peer_msg(p)
-            pl.peers.append(built[p])
-        self._peer_msgs = built
-        return pl
+        """~peers (see ReportMessages.peer_list)."""
+        return self.msgs.peer_list(reading, fresh, now)
 
     def status_msg(self, reading: Optional[Reading] = None, fresh: Optional[Freshness] = None,
                    health: Optional[List[WorkerHealth]] = None) -> OverlayStatus:
         """Current OverlayStatus (header.stamp left 0 for the caller)."""
         reading = reading if reading is not None else self.m.reading
         fresh = fresh if fresh is not None else self.m.freshness()
-        snap = reading.snapshot
-        st = OverlayStatus()
-        st.tailscaled_reachable = not fresh.stale
-        st.login_server = self.cfg.login_server
-        env = self.m.ros_env()
-        st.ros_master_uri, st.ros_hostname = env.ros_master_uri, env.ros_hostname
-        if snap:
-            st.backend_state = snap.backend_state
-            st.enrolled = snap.backend_state == "Running"
-            st.control_reachable = snap.control_reachable
-            st.health = list(snap.health)
-            st.tailscale_version = snap.version
-            if snap.self_peer:
-                st.self_name, st.self_dns_name = snap.self_peer.name, snap.self_peer.dns_name
-                st.self_addresses = list(snap.self_peer.addresses)
-        if fresh.stale:
-            st.backend_state, st.enrolled, st.control_reachable = "", False, False
-            st.health = [fresh.error] if fresh.error else []
-        st.stale, st.error = fresh.stale, fresh.error
-        st.status_age = fresh.age_s
-        st.faults = [h.message for h in (health or []) if h.level > OK] + sorted(self._publish_faults.values())
-        nat = self.m.nat
-        st.nat = NatSummary(known=nat.known, udp=nat.udp, hard_nat=nat.hard_nat,
-                            hard_nat_known=nat.hard_nat_known, preferred_derp=nat.preferred_derp,
-                            preferred_derp_latency_ms=nat.preferred_derp_latency_ms, summary=nat.summary)
-        relay = self.m.relay_state
-        st.relay_active = relay.active
-        st.relay_port = relay.port if relay.port and 0 < relay.port < 65536 else 0  # uint16 (0 = off/unknown)
-        st.relay_sessions = min(len(relay.sessions), 2 ** 32 - 1)
-        st.relay_summary = relay_summary(self.cfg.relay, relay)[0]
-        return st
+        return self.msgs.status(reading, fresh, health or [], list(self._publish_faults.values()))
 
     def diagnostics_msg(self, now: rospy.Time, health: List[WorkerHealth]) -> DiagnosticArray:
         """One DiagnosticStatus for the overlay, one per peer, one for the node's own threads."""
-        arr = DiagnosticArray()
-        arr.header.stamp = now
-        built: Dict[Any, DiagnosticStatus] = {}
-        for d in self.m.diagnostics():
-            s = self._diag_msgs.get(d)  # unchanged entries (most of hundreds of peers) are reused
-            if s is None:
-                s = DiagnosticStatus(level=d.level, name=f"{self._name}: {d.name}", message=d.message,
-                                     hardware_id=self.cfg.hostname)
-                s.values = [KeyValue(key=k, value=v) for k, v in d.values]
-            built[d] = s
-            arr.status.append(s)
-        self._diag_msgs = built
-        bad = [h for h in health if h.level > OK]
-        problems = [h.message for h in bad] + sorted(self._publish_faults.values())
-        level = max([h.level for h in bad] + ([ERROR] if self._publish_faults else []) + [OK])
-        s = DiagnosticStatus(level=level, name=f"{self._name}: node threads",
-                             message="; ".join(problems) if problems else f"{len(health)} threads running",
-                             hardware_id=self.cfg.hostname)
-        s.values = [KeyValue(key=h.name, value=h.message or f"ok, {h.cycles} cycles") for h in health]
-        arr.status.append(s)
-        return arr
+        return self.msgs.diagnostics(now, self.m.diagnostics(), health, list(self._publish_faults.values()))
 
     def run_preflight(self, log: bool = False) -> PreflightResponse:
         """Run the preflight checks, return the service response (/diagnostics picks them up)."""
@@ -498,73 +390,3 @@ class OverlayNode:
 
     def srv_preflight(self, _req: Any) -> PreflightResponse:
         return self.run_preflight()
-
-
-def _read_overrides() -> Dict[str, Any]:
-    """node.* settings given as ~private params."""
-    out: Dict[str, Any] = {}
-    for name in NodeSettings.__dataclass_fields__:
-        if rospy.has_param("~" + name):
-            out[name] = rospy.get_param("~" + name)
-    return out
-
-
-def main() -> None:
-    """Entry point of overlay_manager_node."""
-    rospy.init_node("overlay_manager")
-    path = rospy.get_param("~config", os.environ.get("OVERLAY_MANAGER_CONFIG", ""))
-    if not path:
-        rospy.logfatal("overlay_manager: parameter ~config (robot config file) is required; "
-                       "e.g. roslaunch overlay_manager robot.launch config:=/etc/overlay_manager/robot.yaml")
-        sys.exit(2)
-    try:
-        cfg = load_robot_config(path)
-        cfg = apply_overrides(cfg, _read_overrides(), f"{rospy.get_name()} private parameters")
-        cfg = override_master(cfg, rospy.get_param("~master", ""), f"{rospy.get_name()} private parameters")
-        aliases = parse_host_aliases(rospy.get_param("~host_aliases", None),
-                                     f"{rospy.get_name()} private parameters")
-    except ConfigError as exc:
-        rospy.logfatal("overlay_manager: bad config: %s", exc)
-        sys.exit(2)
-    api = LocalAPI(cfg.tailscale.socket)
-    monitor = OverlayMonitor(cfg, api)
-    log = LogQueue(_ros_log)
-    node = OverlayNode(monitor, log, host_aliases=aliases)
-    rospy.on_shutdown(node.shutdown)
-    stop = threading.Event()
-    rospy.on_shutdown(stop.set)
-    threading.Thread(target=_enrol_loop, args=(api, cfg, monitor, log, stop), name="overlay-enrol",
-                     daemon=True).start()
-    rospy.spin()
-
-
-def _enrol_loop(api: LocalAPI, cfg: Any, monitor: OverlayMonitor, log: LogQueue, stop: threading.Event) -> None:
-    """Enrol once tailscaled answers. A missing daemon is retried every 2 s; an enrolment error
-    (bad or used key, other login server) is shown as ERROR on /diagnostics (monitor.enrol_error)
-    and retried every ENROL_RETRY_S s, so a fixed key file is picked up. The node never exits for
-    it: a robot's bringup must not go down because the overlay cannot enrol."""
-    reported = ""
-    while not stop.is_set():
-        try:
-            result = ensure_enrolled(api, cfg)
-            monitor.enrol_error = ""
-            log(INFO, f"overlay_manager: {result.message}")
-            return
-        except EnrolError as exc:
-            monitor.enrol_error = str(exc)
-            if str(exc) != reported:
-                log(LOG_ERROR, f"overlay_manager: enrolment failed: {exc} (retrying every "
-                               f"{ENROL_RETRY_S:.0f} s; the node keeps running)")
-                reported = str(exc)
-            stop.wait(ENROL_RETRY_S)
-            continue
-        except TailscaleError as exc:
-            if str(exc) != reported:
-                log(LOG_ERROR, f"overlay_manager: {exc} (retrying every 2 s)")
-                reported = str(exc)
-        except Exception as exc:  # noqa: BLE001 - keep trying; the poll thread reports tailscaled's state
-            text = describe(exc)
-            if text != reported:
-                log(LOG_ERROR, f"overlay_manager: enrolment check failed: {text} (retrying every 2 s)")
-                reported = text
-        stop.wait(2.0)

@@ -289,7 +289,7 @@ def parse_status(status: Mapping[str, Any], cache: Optional[ParseCache] = None) 
         for key, ps in peers_raw.items():
             if isinstance(ps, dict):
                 hit = cache.get(key) if cache is not None else None
-                peer = hit[1] if hit is not None and hit[0] == ps else parse_peer(ps)
+                peer = hit[1] if hit is not None and (hit[0] is ps or hit[0] == ps) else parse_peer(ps)
                 seen[key] = (ps, peer)
                 if peer.peer_relay:
                     peer = replace(peer, relay_host=relay_host_name(peer.peer_relay, peers_raw.values()))

@@ -252,6 +252,29 @@ def read_relay_state(api: LocalAPI) -> RelayServerState:
         return RelayServerState(error=str(exc))
 
 
+def sync_relay(api: LocalAPI, want: Optional[RelaySettings]) -> Tuple[RelayServerState, str]:
+    """Make tailscaled's relay server match want (on; off when None; idempotent), then read its
+    port and sessions.
+
+    Returns (state, a line worth logging when the prefs were changed or could not be; "" =
+    nothing to say). Never raises for tailscaled's answers: a failure is kept in state.error
+    (on a machine that is not a relay, an unreachable tailscaled is the poll's to report).
+    """
+    note = ""
+    try:
+        res = apply_relay(api, want)
+        if res.changed:
+            note = res.message
+    except TailscaleError as exc:
+        if want is None:
+            return RelayServerState(), ""
+        state = RelayServerState(error=f"cannot set the peer relay server: {exc}")
+        return state, state.error
+    if want is None:
+        return RelayServerState(), note  # off, as the prefs say now
+    return read_relay_state(api), note
+
+
 def relay_summary(settings: Optional[RelaySettings], state: RelayServerState) -> Tuple[str, bool]:
     """(one-line description, ok) of this machine's relay duty, for ~status and /diagnostics.
 

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional
 
 from . import children
+from .status_json import StatusDecoder
 from .validation import redact  # the one redaction: the key itself and anything key-shaped
 
 DEFAULT_SOCKET = "/var/run/tailscale/tailscaled.sock"
@@ -185,6 +186,7 @@ class LocalAPI:
         query: Optional[Dict[str, str]] = None,
         body: Optional[bytes] = None,
         timeout: Optional[float] = None,
+        decode: Callable[[str], Any] = json.loads,
     ) -> Any:
         path = "/localapi/v0/" + endpoint
         if query:
@@ -195,17 +197,20 @@ class LocalAPI:
         if status >= 400:
             raise LocalAPIError(endpoint, status, data.decode("utf-8", "replace"))
         try:
-            return json.loads(data.decode("utf-8")) if data else None
+            return decode(data.decode("utf-8")) if data else None
         except (ValueError, RecursionError) as exc:  # UnicodeDecodeError is a ValueError
             raise LocalAPIError(endpoint, status, f"not JSON: {_describe(exc)}") from None
 
-    def status(self, timeout: Optional[float] = None) -> Dict[str, Any]:
+    def status(self, timeout: Optional[float] = None, decoder: Optional[StatusDecoder] = None) -> Dict[str, Any]:
         """The full status (ipnstate.Status as JSON), peers included.
 
         Args:
             timeout: seconds for this request (default: the client's timeout).
+            decoder: decodes the body reusing the peers that did not change since its last
+                body (one caller at a time); the result is the same as without it.
         """
-        result = self._request("GET", "status", timeout=timeout)
+        result = self._request("GET", "status", timeout=timeout,
+                               decode=decoder.decode if decoder is not None else json.loads)
         if not isinstance(result, dict):
             raise LocalAPIError("status", 200, "expected a JSON object")
         return result

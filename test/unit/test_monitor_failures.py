@@ -117,6 +117,36 @@ def test_stale_by_age_when_nobody_polls(fake_tailscaled, tmp_path):
     m.close()
 
 
+def test_freshness_changes_at_names_the_moment_it_turns_stale(fake_tailscaled, tmp_path):
+    """The reporting thread sleeps until freshness_changes_at: at that moment (and not before)
+    freshness turns stale, for an aging answer and for a read that hangs."""
+    now = [100.0]
+    m = _monitor(fake_tailscaled, tmp_path)
+    m.clock = lambda: now[0]
+    assert m.freshness_changes_at(now[0]) == math.inf          # never read: already stale
+    m.poll()
+    at = m.freshness_changes_at(now[0])
+    assert at == 100.0 + m.stale_after_s
+    now[0] = at - 0.01
+    assert not m.freshness().stale
+    now[0] = at + 0.01
+    assert m.freshness().stale and m.freshness_changes_at(now[0]) == math.inf
+    m.poll()                                                    # fresh again
+    m._poll_started = now[0]                                    # a read starts and does not answer
+    hang = m.freshness_changes_at(now[0])
+    assert hang == now[0] + HANG_REPORT_S < now[0] + m.stale_after_s
+    base = now[0]
+    now[0] = base + HANG_REPORT_S - 0.01
+    assert not m.freshness().stale
+    now[0] = base + HANG_REPORT_S + 0.01
+    assert m.freshness().stale and "has not answered" in m.freshness().error
+    m._poll_started = None
+    fake_tailscaled.mode = "http500"
+    m.poll()
+    assert m.freshness_changes_at(now[0]) == math.inf           # failing: nothing left to turn
+    m.close()
+
+
 def test_never_read_is_stale_with_nan_age(tmp_path):
     from tsfake import FakeTailscaled
     fake = FakeTailscaled()

@@ -1,6 +1,7 @@
 """Split horizon in the node's logic: the hosts block it writes and the own-name preflight check."""
 import os
 
+from overlay_manager import diagnose
 from overlay_manager import monitor as M
 from overlay_manager.config import apply_overrides, load_robot_config
 from overlay_manager.tailscale import LocalAPI
@@ -16,8 +17,8 @@ def _monitor(fake, tmp_path):
 
 
 def _resolves(fake, tmp_path, monkeypatch, answers):
-    monkeypatch.setattr(M, "resolve", lambda name: answers.get(name, []))
-    monkeypatch.setattr(M, "tcp_answers", lambda *a, **k: False)
+    monkeypatch.setattr(diagnose, "resolve", lambda name: answers.get(name, []))
+    monkeypatch.setattr(diagnose, "tcp_answers", lambda *a, **k: False)
     m = _monitor(fake, tmp_path)
     try:
         m.poll()

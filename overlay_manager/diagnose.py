@@ -1,0 +1,205 @@
+"""What /diagnostics and ~preflight say, from the monitor's values. Pure: no ROS, no tailscaled.
+
+The monitor calls these with what it holds (reading, NAT check, relay state, preflight checks);
+the node turns the :class:`~overlay_manager.monitor_types.Diagnostic` values into
+``diagnostic_msgs``. :class:`PeerDiagnostics` keeps one entry per peer and builds it again only
+when that peer (the same immutable PeerState), whether it is required, or the NAT wording
+changed, so a 500-peer fleet costs a dictionary lookup per peer per report.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Dict, FrozenSet, Iterable, List, Mapping, Optional, Set, Tuple
+
+from .config import RobotConfig
+from .monitor_types import ERROR, OK, WARN, Check, Diagnostic, Freshness, is_overlay_address
+from .peers import PATH_DERP, PATH_DIRECT, PATH_IDLE, PATH_OFFLINE, PATH_PEER_RELAY, NatInfo, PeerState, Snapshot
+from .relay import RelayServerState, relay_summary
+from .ros_env import RosEnv, resolve, tcp_answers
+
+
+def preflight_checks(cfg: RobotConfig, env: Mapping[str, str], want: RosEnv, own: Set[str]) -> List[Check]:
+    """Check this machine's ROS names resolve to overlay addresses and the master answers.
+
+    env: the environment the ROS processes run with; want: the overlay names they should use;
+    own: this machine's overlay addresses (empty when not known yet). Does DNS lookups and a
+    TCP connect to the master (2 s at most).
+    """
+    checks: List[Check] = []
+    host = env.get("ROS_HOSTNAME", "")
+    if host.rstrip(".") != want.ros_hostname:
+        checks.append(Check("ros_hostname_set", False,
+                            f"ROS_HOSTNAME is {host!r}, not this machine's overlay name {want.ros_hostname}",
+                            'eval "$(rosrun overlay_manager overlay_env --config <robot.yaml>)" before roslaunch'))
+    else:
+        checks.append(Check("ros_hostname_set", True, f"ROS_HOSTNAME={host}"))
+    addrs = resolve(want.ros_hostname)
+    if not addrs:
+        checks.append(Check("ros_hostname_resolves", False, f"{want.ros_hostname} does not resolve",
+                            "turn MagicDNS on (accept_dns) or set node.manage_hosts: true"))
+    elif own and any(not (a.startswith("127.") or a == "::1") and a not in own for a in addrs):
+        # this machine's own name must lead back to this machine: loopback (the managed hosts
+        # block's split horizon) or this machine's own overlay address
+        checks.append(Check("ros_hostname_resolves", False,
+                            f"{want.ros_hostname} resolves to {', '.join(addrs)}, not to loopback or this "
+                            f"machine's overlay address {', '.join(sorted(own))}",
+                            "remove stale entries for this name from /etc/hosts or DNS"))
+    else:
+        checks.append(Check("ros_hostname_resolves", True, f"{want.ros_hostname} -> {', '.join(addrs)}"))
+    master = cfg.master_fqdn
+    maddrs = resolve(master)
+    if not maddrs:
+        checks.append(Check("master_resolves", False, f"master {master} does not resolve",
+                            "is the master machine enrolled? turn MagicDNS on or node.manage_hosts: true"))
+    elif not any(is_overlay_address(a) or a.startswith("127.") for a in maddrs):
+        checks.append(Check("master_resolves", False,
+                            f"master {master} resolves to {', '.join(maddrs)}, not an overlay address",
+                            "fix DNS or /etc/hosts so overlay names map to 100.64.0.0/10 addresses"))
+    else:
+        checks.append(Check("master_resolves", True, f"{master} -> {', '.join(maddrs)}"))
+    if maddrs and tcp_answers(master, cfg.master_port, 2.0):
+        checks.append(Check("master_xmlrpc", True, f"{master}:{cfg.master_port} answers"))
+    else:
+        checks.append(Check("master_xmlrpc", False,
+                            f"ROS master XML-RPC {master}:{cfg.master_port} does not answer",
+                            "start roscore on the master machine; check the overlay path to it"))
+    return checks
+
+
+def stale_diagnostic(snap: Optional[Snapshot], fresh: Freshness, login_server: str) -> Diagnostic:
+    """The one entry while tailscaled cannot be read (nothing per peer is known then)."""
+    age = "never" if math.isnan(fresh.age_s) else f"{fresh.age_s:.1f}"
+    vals = [("error", fresh.error), ("status_age_s", age), ("login_server", login_server)]
+    if snap is None:
+        msg = f"tailscaled not reachable: {fresh.error}"
+    else:
+        msg = f"stale: tailscaled last answered {age} s ago: {fresh.error}"
+        if snap.self_peer:
+            vals.append(("addresses", " ".join(snap.self_peer.addresses)))
+    return Diagnostic(ERROR, "overlay", msg, tuple(vals))
+
+
+def overlay_diagnostic(snap: Snapshot, cfg: RobotConfig, env: RosEnv, nat: NatInfo, checks: Iterable[Check],
+                       enrol_error: str, hosts_error: str) -> Diagnostic:
+    """The "overlay" entry: enrolment, control server, hosts file, preflight and tailscaled
+    health, the first problem in that order as the message."""
+    values = [("backend_state", snap.backend_state), ("login_server", cfg.login_server),
+              ("control_reachable", str(snap.control_reachable)), ("nat", nat.summary),
+              ("peers", str(len(snap.peers))),
+              ("ros_hostname", env.ros_hostname),
+              ("ros_master_uri", env.ros_master_uri)]
+    if snap.self_peer:
+        values.append(("addresses", " ".join(snap.self_peer.addresses)))
+    for h in snap.health:
+        values.append(("health", h))
+    checks = list(checks)
+    failing = [c for c in checks if not c.ok]
+    for c in checks:
+        values.append((f"preflight {c.name}", c.message + (f" -- {c.hint}" if c.hint and not c.ok else "")))
+    if enrol_error:
+        values.append(("enrol_error", enrol_error))
+        level, msg = ERROR, f"enrolment failed: {enrol_error}"
+    elif snap.backend_state != "Running":
+        level, msg = ERROR, f"not enrolled: tailscaled state is {snap.backend_state or 'unknown'}"
+    elif not snap.control_reachable:
+        level, msg = WARN, "control server unreachable: existing links keep working, changes wait"
+    elif hosts_error:
+        level, msg = WARN, hosts_error
+    elif failing:
+        level, msg = WARN, f"preflight: {failing[0].message} -- {failing[0].hint}"
+    elif snap.health:
+        level, msg = WARN, snap.health[0]
+    else:
+        level, msg = OK, f"enrolled as {snap.self_peer.dns_name if snap.self_peer else '?'}"
+    return Diagnostic(level, "overlay", msg, tuple(values))
+
+
+def relay_diagnostic(cfg: RobotConfig, st: RelayServerState) -> Optional[Diagnostic]:
+    """The "peer relay" entry: on a relay host (or one serving a relay it should not), what it
+    relays, on which port, how many sessions; None on other machines."""
+    if cfg.relay is None and not st.active and not st.error:
+        return None
+    text, ok = relay_summary(cfg.relay, st)
+    values = [("asked_port", str(cfg.relay.port) if cfg.relay else "none (no relay key)"),
+              ("port", "off" if st.port is None else str(st.port)),
+              ("sessions", str(len(st.sessions))),
+              ("sessions_carrying_traffic", str(sum(1 for x in st.sessions if x.bound)))]
+    if cfg.relay and cfg.relay.static_endpoints:
+        values.append(("static_endpoints", " ".join(cfg.relay.static_endpoints)))
+    for x in st.sessions:
+        values.append((f"session vni {x.vni}", f"{x.endpoints[0] or '?'} <-> {x.endpoints[1] or '?'}, "
+                                               f"bytes {x.bytes[0]} / {x.bytes[1]}"))
+    return Diagnostic(OK if ok else WARN, "peer relay", text, tuple(values))
+
+
+def missing_required(required: FrozenSet[str], snap: Snapshot) -> List[Diagnostic]:
+    """An ERROR entry for each required peer that is not on the tailnet at all."""
+    return [Diagnostic(ERROR, f"peer {name}", "required peer is not on the overlay (never "
+                       "enrolled, or removed from the tailnet, or hidden by the ACL policy)",
+                       (("required", "true"),))
+            for name in sorted(required - {p.name.lower() for p in snap.peers})]
+
+
+def derp_reason(nat: NatInfo) -> str:
+    """Why a link is relayed through DERP, as far as this machine's NAT check can tell."""
+    reason = "relayed through DERP"
+    if nat.known and not nat.udp:
+        return reason + ": UDP is blocked on this network"
+    if nat.known and nat.hard_nat:
+        return reason + ": this machine is behind a hard (symmetric) NAT"
+    return reason + " (hole punching failed or not finished; the peer's NAT may be hard)"
+
+
+def peer_diagnostic(p: PeerState, required: bool, derp_why: str) -> Diagnostic:
+    """A peer's entry: OK direct, peer-relay or idle; WARN relayed through DERP (derp_why says
+    why); offline is ERROR for a required peer, else OK."""
+    pv: Tuple[Tuple[str, str], ...] = (
+        ("dns_name", p.dns_name), ("addresses", " ".join(p.addresses)), ("path", p.path),
+        ("endpoint", p.endpoint), ("relay_region", p.relay_region),
+        ("latency_ms", "unknown" if math.isnan(p.latency_ms) else f"{p.latency_ms:.2f}"))
+    name = f"peer {p.name}"
+    if p.path == PATH_OFFLINE:
+        if required:
+            return Diagnostic(ERROR, name, "offline (a required peer: the ROS master's machine or in "
+                              "node.required_peers)", pv)
+        return Diagnostic(OK, name, "offline (not a required peer)", pv)
+    if p.path == PATH_DIRECT:
+        return Diagnostic(OK, name, f"direct via {p.endpoint}", pv)
+    if p.path == PATH_DERP:
+        return Diagnostic(WARN, name, f"{derp_why}, region {p.relay_region}", pv)
+    if p.path == PATH_PEER_RELAY:
+        # OK, not WARN: one UDP hop through a fleet relay machine carries near-direct throughput
+        # (measured: several times DERP); the WARN is for DERP, where links fall back to when the
+        # relay goes away
+        relay = f"relay {p.relay_host} ({p.peer_relay})" if p.relay_host else f"relay {p.peer_relay}"
+        return Diagnostic(OK, name, f"peer-relay via {relay}: one UDP hop through the relay, near-direct "
+                          "throughput", pv + (("peer_relay", p.peer_relay), ("relay_host", p.relay_host or "unknown")))
+    if p.path == PATH_IDLE:
+        return Diagnostic(OK, name, "online, idle (no traffic yet: path unknown)", pv)
+    return Diagnostic(WARN, name, "path unknown", pv)
+
+
+class PeerDiagnostics:
+    """peer_diagnostic for every peer of a snapshot, reusing the entry of a peer whose PeerState
+    (matched by identity: the parser and the monitor reuse unchanged peers), required flag and
+    DERP wording are the same as last time. One caller at a time (the reporting thread)."""
+
+    def __init__(self) -> None:
+        self._cache: Dict[int, Tuple[PeerState, bool, str, Diagnostic]] = {}
+
+    def entries(self, peers: Iterable[PeerState], required: FrozenSet[str], nat: NatInfo) -> List[Diagnostic]:
+        """One Diagnostic per peer, in order."""
+        why = derp_reason(nat)
+        old = self._cache
+        new: Dict[int, Tuple[PeerState, bool, str, Diagnostic]] = {}
+        out: List[Diagnostic] = []
+        for p in peers:
+            req = p.name.lower() in required
+            hit = old.get(id(p))
+            if hit is None or hit[0] is not p or hit[1] != req or hit[2] != why:
+                hit = (p, req, why, peer_diagnostic(p, req, why))
+            new[id(p)] = hit
+            out.append(hit[3])
+        self._cache = new
+        return out

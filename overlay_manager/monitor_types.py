@@ -1,0 +1,124 @@
+"""Value types of the overlay monitor: what tailscaled last said, how fresh it is, and the
+results of the monitor's checks and service calls. Plain frozen dataclasses, no ROS, no I/O.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import math
+from dataclasses import dataclass
+from typing import Optional, Tuple
+
+from . import links
+from .peers import PATH_UNKNOWN, PeerState, Snapshot
+
+OVERLAY_V4 = ipaddress.ip_network("100.64.0.0/10")
+OVERLAY_V6 = ipaddress.ip_network("fd7a:115c:a1e0::/48")
+
+# diagnostic levels (same numbers as diagnostic_msgs/DiagnosticStatus)
+OK, WARN, ERROR = 0, 1, 2
+
+STATUS_TIMEOUT_S = 1.5
+"""Seconds one status read may take. tailscaled answers /status in milliseconds; a hung daemon
+must not hold the poll thread longer than this, so polling resumes soon after it answers again."""
+HANG_REPORT_S = 0.75
+"""A status read still unanswered after this many seconds is reported as tailscaled not
+answering, before the read's own timeout expires."""
+
+
+def is_overlay_address(addr: str) -> bool:
+    """True for Tailscale's CGNAT v4 range and ULA v6 range."""
+    try:
+        ip = ipaddress.ip_address(addr)
+    except ValueError:
+        return False
+    return ip in OVERLAY_V4 if ip.version == 4 else ip in OVERLAY_V6
+
+
+@dataclass(frozen=True)
+class PingOutcome:
+    """Result of ping_peer. Latencies in ms (NaN when none answered)."""
+
+    ok: bool
+    latency_min_ms: float = math.nan
+    latency_mean_ms: float = math.nan
+    latency_max_ms: float = math.nan
+    received: int = 0
+    path: str = PATH_UNKNOWN
+    endpoint: str = ""
+    message: str = ""
+
+
+@dataclass(frozen=True)
+class WaitResult:
+    """Result of wait_for_peer. waited_s: seconds spent; peer: the last state seen (None = unknown)."""
+
+    ok: bool
+    peer: Optional[PeerState]
+    waited_s: float
+    message: str = ""
+
+
+@dataclass(frozen=True)
+class LinkMeasurement:
+    """Result of measure_link: the measured values, the path at the end of the run, and why it
+    failed ("" = ok)."""
+
+    ok: bool
+    result: links.LinkResult
+    path: str
+    message: str = ""
+
+
+@dataclass(frozen=True)
+class Reading:
+    """What tailscaled last said, swapped whole by OverlayMonitor.poll.
+
+    snapshot: what to present: the last status read; while tailscaled fails, its peers with path
+        offline/unknown (see peers.blind); None until tailscaled first answered.
+    error: why the last read failed ("" = it succeeded).
+    daemon_gone: the last failure says tailscaled is not running (no socket, refused).
+    ok_at: monotonic seconds of the last useful answer; NaN = never.
+    ok_wall: POSIX seconds of the same moment; 0 = never.
+    """
+
+    snapshot: Optional[Snapshot] = None
+    error: str = ""
+    daemon_gone: bool = False
+    ok_at: float = math.nan
+    ok_wall: float = 0.0
+
+
+@dataclass(frozen=True)
+class Freshness:
+    """How current the presented status is at one moment.
+
+    stale: not from a current read (an error, a hanging read, or no read for stale_after_s).
+    age_s: seconds since tailscaled last answered usefully; NaN = never.
+    error: why tailscaled cannot be read right now ("" = it answers); worded to stay the same
+        while the condition lasts (no running counts), so change detection stays quiet.
+    """
+
+    stale: bool
+    age_s: float
+    error: str
+
+
+@dataclass(frozen=True)
+class Check:
+    """One preflight check."""
+
+    name: str
+    ok: bool
+    message: str
+    hint: str = ""
+
+
+@dataclass(frozen=True)
+class Diagnostic:
+    """One /diagnostics entry, ROS-free."""
+
+    level: int
+    name: str
+    message: str
+    values: Tuple[Tuple[str, str], ...] = ()

@@ -1,0 +1,162 @@
+"""Messages serialized once per element (wire.py) are the same bytes on the wire as genpy's, and
+the node's report builders reuse what did not change."""
+import io
+import math
+import os
+import sys
+
+import pytest
+
+rospy = pytest.importorskip("rospy")
+msg = pytest.importorskip("overlay_manager.msg", reason="messages not built (scripts/build)")
+
+from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue  # noqa: E402
+from genpy import SerializationError  # noqa: E402
+from rospy.msg import serialize_message  # noqa: E402
+
+from overlay_manager import wire  # noqa: E402
+from overlay_manager.msg import Peer, PeerList  # noqa: E402
+from overlay_manager.peers import PeerState  # noqa: E402
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "unit"))
+
+
+def _plain_bytes(m):
+    b = io.BytesIO()
+    m.serialize(b)
+    return b.getvalue()
+
+
+def _peer(i, **kw):
+    base = dict(name=f"robot-{i:03d}", dns_name=f"robot-{i:03d}.fleet.internal", addresses=(f"100.64.0.{i}",),
+                online=True, active=i % 2 == 0, path="direct", endpoint=f"10.0.0.{i}:41641",
+                rx_bytes=1000 * i, tx_bytes=7 * i, tags=("tag:robot",), os="linux")
+    base.update(kw)
+    return PeerState(**base)
+
+
+def test_cached_peer_list_is_byte_identical_and_decodes_with_the_stock_class():
+    from overlay_manager.node_messages import CachedPeerList, peer_msg
+    cache = wire.ElementCache()
+    peers = [_peer(i) for i in range(1, 40)]
+    pl = CachedPeerList()
+    pl.header.stamp = rospy.Time(12, 34)
+    pl.header.frame_id = "x"
+    pl.stale = True
+    pl.self_peer = peer_msg(_peer(200, path="self"))
+    pl.peers, count, data = cache.messages(peers, peer_msg)
+    pl.set_tail(count, data)
+    plain = PeerList(header=pl.header, stale=True, self_peer=pl.self_peer, peers=[peer_msg(p) for p in peers])
+    assert _plain_bytes(pl) == _plain_bytes(plain)
+    back = PeerList()
+    back.deserialize(_plain_bytes(pl))
+    assert [p.name for p in back.peers] == [p.name for p in peers] and back.peers[5].rx_bytes == 6000
+    assert back.stale and back.self_peer.path == "self" and back.header.frame_id == "x"
+    # rospy's own framing (length prefix, header seq) around it
+    b1, b2 = io.BytesIO(), io.BytesIO()
+    serialize_message(b1, 7, pl)
+    serialize_message(b2, 7, plain)
+    assert b1.getvalue() == b2.getvalue()
+    assert pl._type == PeerList._type and pl._md5sum == PeerList._md5sum and isinstance(pl, PeerList)
+
+
+def test_empty_array_and_no_tail_serialize_like_the_stock_class():
+    C = wire.cached_tail_class(DiagnosticArray, "status")
+    a = C()
+    assert _plain_bytes(a) == _plain_bytes(DiagnosticArray())
+    a.set_tail(0, b"")
+    assert _plain_bytes(a) == _plain_bytes(DiagnosticArray())
+    a = C(status=[DiagnosticStatus(name="x", values=[KeyValue("k", "v")])])  # no set_tail: genpy's way
+    assert _plain_bytes(a) == _plain_bytes(DiagnosticArray(status=a.status))
+
+
+def test_only_a_last_array_of_messages_can_be_cached():
+    with pytest.raises(ValueError, match="header"):
+        wire.cached_tail_class(DiagnosticArray, "header")
+    with pytest.raises(ValueError, match="peers"):
+        wire.cached_tail_class(Peer, "peers")
+    with pytest.raises(ValueError, match="tags"):
+        wire.cached_tail_class(Peer, "tags")  # an array, but of strings (and not the last field)
+
+
+def test_element_cache_builds_only_new_sources_and_forgets_gone_ones():
+    built = []
+
+    def build(p):
+        built.append(p.name)
+        return DiagnosticStatus(name=p.name, message=p.path)
+
+    cache = wire.ElementCache()
+    peers = [_peer(i) for i in range(1, 6)]
+    msgs1, n1, data1 = cache.messages(peers, build)
+    assert n1 == 5 and len(built) == 5
+    changed = _peer(3, path="derp")          # equal name, new object: built again
+    peers2 = peers[:2] + [changed] + peers[3:]
+    msgs2, n2, data2 = cache.messages(peers2, build)
+    assert built[5:] == ["robot-003"] and msgs2[0] is msgs1[0] and msgs2[2] is not msgs1[2]
+    assert data2 == b"".join(_plain_bytes(m) for m in msgs2)
+    equal_copy = _peer(1)                    # equal value, other object: matched by identity only
+    cache.messages([equal_copy], build)
+    assert built[-1] == "robot-001"
+    cache.messages(peers, build)             # the earlier objects were forgotten: built again
+    assert len(built) == 7 + 5
+
+
+def test_report_messages_reuse_unchanged_peers_and_diagnostics(monkeypatch):
+    """Through the node's builders: a peer whose PeerState is the same object keeps its message;
+    a changed one is rebuilt; the bytes always equal a fresh genpy serialization."""
+    from tsfake import FakeTailscaled
+
+    from overlay_manager.config import load_robot_config
+    from overlay_manager.monitor import OverlayMonitor
+    from overlay_manager.node_messages import ReportMessages
+    from overlay_manager.tailscale import LocalAPI
+
+    fake = FakeTailscaled()
+    try:
+        cfg = load_robot_config(os.path.join(HERE, "..", "..", "config", "robot.example.yaml"))
+        m = OverlayMonitor(cfg, LocalAPI(fake.socket_path), env={})
+        rm = ReportMessages(m, "robota/overlay_manager")
+        m.poll()
+        fresh = m.freshness()
+        pl1 = rm.peer_list(m.reading, fresh, rospy.Time(1))
+        d1 = rm.diagnostics(rospy.Time(1), m.diagnostics(), [], [])
+        key1 = rm.peers_key(m.reading, False)
+        assert rm.peers_key(m.reading, False) is not None and rm._topology[0] is m.reading
+        m.poll()                                   # same answer: the same PeerState objects
+        pl2 = rm.peer_list(m.reading, m.freshness(), rospy.Time(2))
+        d2 = rm.diagnostics(rospy.Time(2), m.diagnostics(), [], [])
+        assert pl2.peers[0] is pl1.peers[0]
+        peer_entries = [s for s in d2.status if ": peer " in s.name]
+        assert peer_entries and peer_entries[0] is next(s for s in d1.status if s.name == peer_entries[0].name)
+        assert rm.peers_key(m.reading, False) == key1
+        next(iter(fake.status["Peer"].values()))["CurAddr"] = ""   # the path changes to derp
+        m.poll()
+        pl3 = rm.peer_list(m.reading, m.freshness(), rospy.Time(3))
+        d3 = rm.diagnostics(rospy.Time(3), m.diagnostics(), [], [])
+        assert pl3.peers[0] is not pl1.peers[0] and pl3.peers[0].path == "derp"
+        assert rm.peers_key(m.reading, False) != key1
+        assert any(s.level == 1 and "DERP" in s.message for s in d3.status)
+        for built, stock in ((pl3, PeerList(header=pl3.header, stale=pl3.stale, self_peer=pl3.self_peer,
+                                            peers=list(pl3.peers))),
+                             (d3, DiagnosticArray(header=d3.header, status=list(d3.status)))):
+            assert _plain_bytes(built) == _plain_bytes(stock)
+        m.close()
+    finally:
+        fake.close()
+
+
+def test_a_value_that_cannot_be_serialized_still_raises_at_publish():
+    """The cache does not hide a bad value: the message falls back to genpy, whose publish raises
+    (the node reports that as a publish fault)."""
+    from overlay_manager.node_messages import CachedPeerList
+
+    bad = Peer(name="x", latency_ms=math.nan)
+    bad.rx_bytes = -1                           # does not fit uint64
+    cache = wire.ElementCache()
+    with pytest.raises(SerializationError):
+        cache.messages([object()], lambda _s: bad)
+    pl = CachedPeerList(peers=[bad])
+    with pytest.raises(SerializationError):
+        _plain_bytes(pl)
