@@ -68,7 +68,7 @@ class NodeSettings:
     # s between NAT checks (tailscale netcheck); 0 = at start only
     netcheck_interval: float = field(default=60.0, metadata=_limits(le=86400))
     # s between topic-link maps (~topic_links, which machines carry ROS connections); 0 = off
-    topic_links_interval: float = field(default=2.0, metadata=_limits(le=86400))
+    topic_links_interval: float = field(default=5.0, metadata=_limits(le=86400))
 
 
 @dataclass(frozen=True)

@@ -84,7 +84,7 @@ from .links import iperf_server_argv
 from .monitor import ERROR, STATUS_TIMEOUT_S, Freshness, OverlayMonitor, Reading
 from .node_messages import ReportMessages, peer_msg, status_key  # noqa: F401 - status_key: also the node's API
 from .node_topics import XMLRPC_TIMEOUT_S, TopicLinkReporter
-from .peers import PathChangeEvent
+from .peers import PathChangeEvent, Snapshot, same_topology
 from .workers import ERROR as LOG_ERROR
 from .workers import INFO, WARN, LogQueue, Worker, WorkerHealth, describe
 
@@ -118,7 +118,7 @@ class OverlayNode:
         self._name = rospy.get_name().lstrip("/")
         self._changes: Deque[Tuple[rospy.Time, PathChangeEvent]] = collections.deque()
         self._last_status: Optional[bytes] = None        # overlay-report only
-        self._last_peers: Optional[Tuple[Any, ...]] = None  # overlay-report only
+        self._last_peers: Optional[Tuple[Optional[Snapshot], bool]] = None  # overlay-report only: published
         self._next_periodic = 0.0                          # overlay-report only (monotonic s)
         self._publish_faults: Dict[str, str] = {}          # overlay-report only: topic -> error
         self.msgs = ReportMessages(monitor, self._name)     # overlay-report only: builders and caches
@@ -263,10 +263,11 @@ class OverlayNode:
         reading = self.m.reading
         fresh = self.m.freshness(mono)
         health = [self.reporter.health(mono)] + [w.health(mono) for w in self.workers]
-        peers_key = self.msgs.peers_key(reading, fresh.stale)
-        peers_changed = peers_key != self._last_peers
+        last = self._last_peers
+        peers_changed = (last is None or last[1] != fresh.stale
+                         or not same_topology(last[0], reading.snapshot))
         if periodic or peers_changed:
-            self._last_peers = peers_key
+            self._last_peers = (reading.snapshot, fresh.stale)
             self._publish(self.pub_peers, self.peer_list_msg(reading, fresh, now), "~peers")
         st = self.status_msg(reading, fresh, health)  # after ~peers: its publish fault shows at once
         key = status_key(st)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import io
 import math
-from typing import Any, List, Optional, Sequence, Tuple
+from typing import List, Optional, Sequence
 
 import rospy
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
@@ -18,7 +18,7 @@ from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 from overlay_manager.msg import NatSummary, OverlayStatus, Peer, PeerList
 
 from .monitor import ERROR, OK, Diagnostic, Freshness, OverlayMonitor, Reading
-from .peers import TIME_MAX, PeerState, clamp_uint64, topology_key
+from .peers import TIME_MAX, PeerState, clamp_uint64
 from .relay import relay_summary
 from .wire import ElementCache, cached_tail_class, to_bytes
 from .workers import WorkerHealth
@@ -83,14 +83,6 @@ class ReportMessages:
         self.node_name = node_name
         self._peers = ElementCache()
         self._diags = ElementCache()
-        self._topology: Tuple[Optional[Reading], Tuple[Any, ...]] = (None, ())
-
-    def peers_key(self, reading: Reading, stale: bool) -> Tuple[Any, ...]:
-        """What makes ~peers worth publishing at once: every peer's topology (not its counters)
-        and staleness. Computed once per reading (a reading is immutable)."""
-        if self._topology[0] is not reading:
-            self._topology = (reading, topology_key(reading.snapshot))
-        return (self._topology[1], stale)
 
     def peer_list(self, reading: Reading, fresh: Freshness, now: rospy.Time) -> PeerList:
         """~peers: stamp = when tailscaled last answered (now if never), stale as in ~status."""

@@ -357,12 +357,20 @@ def peer_key(p: PeerState) -> Tuple[Any, ...]:
             p.relay_region, p.tags, p.os, p.node_id, p.peer_relay, p.relay_host)
 
 
-def topology_key(snapshot: Optional[Snapshot]) -> Tuple[Any, ...]:
-    """peer_key of this machine and of every peer, in order ('()' for no snapshot)."""
-    if snapshot is None:
-        return ()
-    me = peer_key(snapshot.self_peer) if snapshot.self_peer else None
-    return (me, tuple(peer_key(p) for p in snapshot.peers))
+def same_topology(a: Optional[Snapshot], b: Optional[Snapshot]) -> bool:
+    """a and b agree on this machine and every peer in everything but measurements (peer_key).
+
+    Cheap for the node's case: the parser and the monitor reuse unchanged PeerState objects, so
+    most peers are the same object and only the others are compared field by field.
+    """
+    if a is b:
+        return True
+    if a is None or b is None or len(a.peers) != len(b.peers):
+        return False
+    if a.self_peer is not b.self_peer and (a.self_peer is None or b.self_peer is None
+                                           or peer_key(a.self_peer) != peer_key(b.self_peer)):
+        return False
+    return all(x is y or peer_key(x) == peer_key(y) for x, y in zip(a.peers, b.peers))
 
 
 @dataclass(frozen=True)

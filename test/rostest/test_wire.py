@@ -16,7 +16,7 @@ from rospy.msg import serialize_message  # noqa: E402
 
 from overlay_manager import wire  # noqa: E402
 from overlay_manager.msg import Peer, PeerList  # noqa: E402
-from overlay_manager.peers import PeerState  # noqa: E402
+from overlay_manager.peers import PeerState, same_topology  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "unit"))
@@ -122,21 +122,20 @@ def test_report_messages_reuse_unchanged_peers_and_diagnostics(monkeypatch):
         fresh = m.freshness()
         pl1 = rm.peer_list(m.reading, fresh, rospy.Time(1))
         d1 = rm.diagnostics(rospy.Time(1), m.diagnostics(), [], [])
-        key1 = rm.peers_key(m.reading, False)
-        assert rm.peers_key(m.reading, False) is not None and rm._topology[0] is m.reading
+        first = m.reading.snapshot
         m.poll()                                   # same answer: the same PeerState objects
         pl2 = rm.peer_list(m.reading, m.freshness(), rospy.Time(2))
         d2 = rm.diagnostics(rospy.Time(2), m.diagnostics(), [], [])
         assert pl2.peers[0] is pl1.peers[0]
         peer_entries = [s for s in d2.status if ": peer " in s.name]
         assert peer_entries and peer_entries[0] is next(s for s in d1.status if s.name == peer_entries[0].name)
-        assert rm.peers_key(m.reading, False) == key1
+        assert same_topology(first, m.reading.snapshot)
         next(iter(fake.status["Peer"].values()))["CurAddr"] = ""   # the path changes to derp
         m.poll()
         pl3 = rm.peer_list(m.reading, m.freshness(), rospy.Time(3))
         d3 = rm.diagnostics(rospy.Time(3), m.diagnostics(), [], [])
         assert pl3.peers[0] is not pl1.peers[0] and pl3.peers[0].path == "derp"
-        assert rm.peers_key(m.reading, False) != key1
+        assert not same_topology(first, m.reading.snapshot)
         assert any(s.level == 1 and "DERP" in s.message for s in d3.status)
         for built, stock in ((pl3, PeerList(header=pl3.header, stale=pl3.stale, self_peer=pl3.self_peer,
                                             peers=list(pl3.peers))),
