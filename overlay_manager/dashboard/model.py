@@ -149,6 +149,9 @@ class OverlayModel(QObject):
             sub.unregister()
         self._history.clear()
         self._freshness.clear()
+        # announce the change before subscribing: rospy hands a new subscriber the latched
+        # messages it already holds at once, and they must land after the views were cleared
+        self._emit(self.node_changed, name)
         if name:
             subs = [
                 rospy.Subscriber(f"{name}/peers", PeerList, self._on_peers, callback_args=name,
@@ -166,7 +169,6 @@ class OverlayModel(QObject):
                     subs = []
             for sub in subs:  # another node was selected meanwhile
                 sub.unregister()
-        self._emit(self.node_changed, name)
 
     def _current(self, name: str) -> bool:
         return name == self._node and not self._closed

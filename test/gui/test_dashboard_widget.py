@@ -176,6 +176,34 @@ def test_node_selector_is_not_editable(dashboard) -> None:
     assert dashboard.refresh_button.isEnabled()
 
 
+def test_a_second_dashboard_shows_the_latched_topic_links(qapp, dashboard) -> None:
+    """A dashboard opened later in the same process (two plugins in one rqt) gets ~topic_links
+    from rospy's latch at once when it subscribes; selecting the node must not clear them
+    afterwards (the fake node publishes its links only once)."""
+    from overlay_manager.dashboard.model import OverlayModel
+    from overlay_manager.dashboard.widget import OverlayDashboardWidget
+
+    wait_for(lambda: len(dashboard.topic_rows()) == 2, 15, "2 topic links in the first dashboard",
+             lambda: str(dashboard.snapshot()["topics"]))
+    model = OverlayModel(discovery_period_s=0.5)
+    second = OverlayDashboardWidget(model)
+    second.show()
+    second.start()
+    try:
+        wait_for(lambda: model.node() == NODE and len(second.topic_rows()) == 2, 15,
+                 "the second dashboard on /overlay_manager with the 2 latched topic links",
+                 lambda: f"node={model.node()!r} topics={second.snapshot()['topics']}")
+        for _ in range(20):  # and they stay (nothing clears them after the node change)
+            qapp.processEvents()
+        assert len(second.topic_rows()) == 2
+    finally:
+        second.shutdown()
+        model.shutdown()
+        second.close()
+        second.deleteLater()
+        qapp.processEvents()
+
+
 def test_topics_view_fills(dashboard) -> None:
     from overlay_manager.dashboard.widget import STALE_BACKGROUND
     wait_for(lambda: len(dashboard.topic_rows()) == 2 and dashboard.topic_rows()[0]["path_colour"]
