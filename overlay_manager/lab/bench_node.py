@@ -2,7 +2,7 @@
 
     source "$(bash scripts/build)/devel/setup.bash"
     sudo -E scripts/bench_node [--trials 3] [--cpu-seconds 60] [--peers 10,100,500,1000]
-                               [--topic-peers 5] [--no-ipn-bus] [--node-param KEY=VALUE ...]
+                               [--topic-peers 5] [--no-ipn-bus] [--subscribers] [--node-param KEY=VALUE ...]
                                [--skip-path|--skip-cpu]
 
 1. Path-change latency (config/lab/two_buildings.yaml, a fresh lab run). robot.launch on robot1
@@ -76,6 +76,8 @@ def main(argv: Optional[List[str]] = None) -> int:
                     help="the fake tailscaled does not serve watch-ipn-bus (like tailscaled before the bus)")
     ap.add_argument("--topic-peers", type=int, default=5,
                     help="how many of the peers stream a topic to the node's machine (default 5)")
+    ap.add_argument("--subscribers", action="store_true",
+                    help="CPU runs: subscribe to ~peers, ~status and /diagnostics while sampling")
     ap.add_argument("--skip-path", action="store_true")
     ap.add_argument("--skip-cpu", action="store_true")
     ap.add_argument("--out", default=str(OUT))
@@ -117,7 +119,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         for n in [int(x) for x in a.peers.split(",") if x.strip()]:
             try:
                 result["cpu"].append(cpu_bench(n, a.cpu_seconds, a.warmup, a.topic_peers, not a.no_ipn_bus,
-                                               a.node_param))
+                                               a.node_param, a.subscribers))
             except Exception as exc:  # noqa: BLE001 - report it and go on with the next size
                 say(f"[{n} peers] failed: {exc}")
                 result["cpu"].append({"peers": n, "error": str(exc)})

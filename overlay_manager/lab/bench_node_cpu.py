@@ -98,9 +98,11 @@ def _stop_group(proc: subprocess.Popen, what: str, grace: float = 10.0) -> None:
 
 
 def cpu_bench(n_peers: int, seconds: float, warmup: float, topic_peers: int = 5,
-              ipn_bus: bool = True, node_params: Sequence[str] = ()) -> Dict[str, Any]:
+              ipn_bus: bool = True, node_params: Sequence[str] = (), subscribers: bool = False) -> Dict[str, Any]:
     """Run the node against a fake tailscaled with n_peers peers, topic_peers of which stream a
-    topic to this machine; sample the node's CPU and RSS."""
+    topic to this machine; sample the node's CPU and RSS. subscribers: one process subscribes to
+    the node's ~peers, ~status and /diagnostics while it is sampled (as a dashboard and a
+    diagnostic aggregator would), so every publish is serialized and sent."""
     sys.path.insert(0, str(REPO / "test" / "unit"))
     from tsfake import FakeTailscaled  # type: ignore[import-not-found]
 
@@ -116,9 +118,10 @@ def cpu_bench(n_peers: int, seconds: float, warmup: float, topic_peers: int = 5,
     res: Dict[str, Any] = {"peers": n_peers, "seconds": seconds, "warmup_s": warmup, "namespace": ns,
                            "settings": {"poll_rate": 4.0, "publish_rate": 1.0, "ping_interval": 5.0,
                                         "preflight_interval": 30.0, "netcheck_interval": 60.0,
-                                        "iperf_server": False, "manage_hosts": False},
+                                        "topic_links_interval": 5.0, "iperf_server": False,
+                                        "manage_hosts": False},
                            "status_json_bytes": len(json.dumps(status)), "topic_peers": topic_peers,
-                           "ipn_bus": ipn_bus, "node_params": list(node_params)}
+                           "ipn_bus": ipn_bus, "node_params": list(node_params), "subscribers": subscribers}
     created = False
     try:
         subprocess.run(["ip", "netns", "add", ns], check=True)
@@ -206,6 +209,13 @@ def cpu_bench(n_peers: int, seconds: float, warmup: float, topic_peers: int = 5,
                         p["TxBytes"] = int(p.get("TxBytes") or 0) + 500
                         p["LastWrite"] = time.strftime("%Y-%m-%dT%H:%M:%S.000000000Z", time.gmtime())
 
+        if subscribers:
+            topics_out = ["/overlay_manager/peers", "/overlay_manager/status", "/diagnostics"]
+            say(f"[{n_peers} peers] subscribing to {', '.join(topics_out)} while sampling")
+            procs.append(subprocess.Popen(
+                ns_argv(ns, [PY, "-m", "overlay_manager.lab.bench_node", "_drain", *topics_out]), env=env,
+                start_new_session=True, stdin=subprocess.DEVNULL, stdout=open(tmp / "drain.log", "ab"),
+                stderr=subprocess.STDOUT))
         streaming.set()
         threading.Thread(target=grow, name="bench-counters", daemon=True).start()
         time.sleep(warmup)

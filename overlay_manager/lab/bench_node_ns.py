@@ -111,6 +111,18 @@ def topic_listen(topics: Sequence[str]) -> int:
     return 0
 
 
+def topic_drain(topics: Sequence[str]) -> int:
+    """Subscribe to every topic, whatever its type, without decoding, until killed (a dashboard
+    or a diagnostic aggregator as the node sees it: every message is serialized and sent)."""
+    import rospy
+
+    rospy.init_node("bench_drain", anonymous=True)
+    subs = [rospy.Subscriber(t, rospy.AnyMsg, lambda _m: None, queue_size=1) for t in topics]
+    while subs and not rospy.is_shutdown():
+        time.sleep(0.2)
+    return 0
+
+
 def wait_links(node: str, n: int, timeout: float) -> int:
     """Print {"ok", "links"} once node's ~get_topic_links lists n cross-machine links (or on timeout)."""
     import rospy
@@ -150,5 +162,6 @@ HELPERS: Dict[str, Callable[[List[str]], int]] = {
     "_watch-changes": lambda args: watch_changes(args[0]),
     "_talk": lambda args: topic_talk(args[0], float(args[1])),
     "_listen": lambda args: topic_listen(args),
+    "_drain": lambda args: topic_drain(args),
     "_wait-links": lambda args: wait_links(args[0], int(args[1]), float(args[2])),
 }

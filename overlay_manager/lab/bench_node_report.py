@@ -45,8 +45,9 @@ def table(result: Dict[str, Any]) -> str:
         if "cpu_mean_pct" in c:
             lines.append(f"| node CPU / RSS | {c['peers']} peers ({c.get('topic_peers', 0)} streaming to this "
                          f"machine), fake tailscaled {'with' if c.get('ipn_bus') else 'without'} IPN bus, "
+                         f"{'subscribers on ~peers, ~status, /diagnostics, ' if c.get('subscribers') else ''}"
                          f"{c['wall_s']:.0f} s, defaults (poll 4 Hz, 2 Hz with the bus, publish 1 Hz, "
-                         f"ping 5 s) | CPU mean {c['cpu_mean_pct']:.1f} % "
+                         f"ping 5 s, topic links 5 s) | CPU mean {c['cpu_mean_pct']:.1f} % "
                          f"of one core (1-s max {c['cpu_max_1s_pct']:.0f} %), RSS max {c['rss_max_mib']:.1f} MiB |")
         else:
             lines.append(f"| node CPU / RSS | {c['peers']} peers | error: {c.get('error', '?')[:200]} |")
