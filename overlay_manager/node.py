@@ -24,7 +24,7 @@ tailscaled, the ROS master or the log.
 | thread | runs | may block on |
 |---|---|---|
 | overlay-poll | ``m.poll`` every 1/poll_rate s; queues path changes, logs | LocalAPI (STATUS_TIMEOUT_S), hosts file |
-| overlay-report | publishes what changed at once, all at publish_rate; watchdog | nothing (immutable values, publish) |
+| overlay-report | what changed at once, all at publish_rate; watchdog; sleeps to a deadline | nothing (publish) |
 | overlay-ping | ``ping_watched`` every ping_interval s (its pool: overlay-ping_N) | LocalAPI ping (bounded) |
 | overlay-netcheck | ``refresh_nat`` every netcheck_interval s | `tailscale netcheck` (bounded, dies with us) |
 | overlay-preflight | ``preflight`` every preflight_interval s | DNS lookups, TCP connect to the master (2 s) |

@@ -5,7 +5,8 @@ from typing import Any, Dict
 
 from ..stats import summary
 
-TARGET_NODE_LATENCY_S = 2.0
+TARGET_NODE_LATENCY_S = 1.0
+"""Seconds from tailscaled showing a path change to the node publishing it on ~path_changes."""
 
 
 def summarize_path(p: Dict[str, Any]) -> Dict[str, Any]:

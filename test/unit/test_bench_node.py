@@ -51,8 +51,8 @@ def test_table_judges_latency_against_the_target_and_lists_errors():
     assert lines[:2] == ["| measurement | condition | result |", "|---|---|---|"]
     block = next(x for x in lines if x.startswith("| node latency") and "UDP blocked" in x)
     unblock = next(x for x in lines if x.startswith("| node latency") and "UDP unblocked" in x)
-    assert "(meets < 2 s)" in block and "mean 0.200 s" in block
-    assert "(MISSES < 2 s)" in unblock
+    assert "(meets < 1 s)" in block and "mean 0.200 s" in block
+    assert "(MISSES < 1 s)" in unblock
     assert "| path change error | | trial 2 block: timed out" in text
     assert ("| node CPU / RSS | 100 peers (5 streaming to this machine), fake tailscaled with IPN bus, 15 s"
             in text) and "CPU mean 1.9 % of one core (1-s max 3 %), RSS max 53.2 MiB |" in text
