@@ -14,7 +14,8 @@ from typing import Dict, FrozenSet, Iterable, List, Mapping, Optional, Set, Tupl
 
 from .config import RobotConfig
 from .monitor_types import ERROR, OK, WARN, Check, Diagnostic, Freshness, is_overlay_address
-from .peers import PATH_DERP, PATH_DIRECT, PATH_IDLE, PATH_OFFLINE, PATH_PEER_RELAY, NatInfo, PeerState, Snapshot
+from .nat import NatInfo
+from .peers import PATH_DERP, PATH_DIRECT, PATH_IDLE, PATH_OFFLINE, PATH_PEER_RELAY, PeerState, Snapshot
 from .relay import RelayServerState, relay_summary
 from .ros_env import RosEnv, resolve, tcp_answers
 

@@ -52,19 +52,17 @@ from .monitor_types import (  # noqa: F401 - the monitor's value types, imported
     WaitResult,
     is_overlay_address,
 )
+from .nat import NatInfo, derp_regions, parse_netcheck
 from .peers import (
     PATH_DIRECT,
     PATH_PEER_RELAY,
     PATH_UNKNOWN,
-    NatInfo,
     ParseCache,
     PathChangeEvent,
     PeerState,
     Snapshot,
     blind,
-    derp_regions,
     finite_ms,
-    parse_netcheck,
     parse_status,
     path_changes,
     ping_path,
@@ -170,29 +168,11 @@ class OverlayMonitor:
         return self._freshness(self.reading, self.clock() if now is None else now)
 
     def _freshness(self, r: Reading, now: float) -> Freshness:
-        started = self._poll_started
-        age = now - r.ok_at if not math.isnan(r.ok_at) else math.nan
-        error = r.error
-        if not error and started is not None and now - started > HANG_REPORT_S:
-            error = (f"tailscaled at {self.api.socket_path} has not answered GET /localapi/v0/status "
-                     f"for more than {HANG_REPORT_S:.1f} s")
-        if not error and not math.isnan(age) and age > self.stale_after_s:
-            error = f"tailscaled status not read for more than {self.stale_after_s:.1f} s"
-        if not error and math.isnan(age):
-            error = "tailscaled not read yet"
-        return Freshness(bool(error), age, error)
+        return r.freshness(now, self._poll_started, self.stale_after_s, self.api.socket_path)
 
     def freshness_changes_at(self, now: float) -> float:
-        """The monotonic time at which freshness(…) may change with no new read finishing: a read
-        in progress turns into "not answering", or the last answer grows older than
-        stale_after_s. inf when neither can happen (already failing or never read)."""
-        r, started = self.reading, self._poll_started
-        times = [math.inf]
-        if not r.error and started is not None and now - started <= HANG_REPORT_S:
-            times.append(started + HANG_REPORT_S)
-        if not r.error and not math.isnan(r.ok_at) and now - r.ok_at <= self.stale_after_s:
-            times.append(r.ok_at + self.stale_after_s)
-        return min(times)
+        """When freshness() may change with no read finishing (Reading.freshness_changes_at)."""
+        return self.reading.freshness_changes_at(now, self._poll_started, self.stale_after_s)
 
     @staticmethod
     def _key(p: PeerState) -> str:

@@ -88,6 +88,33 @@ class Reading:
     ok_at: float = math.nan
     ok_wall: float = 0.0
 
+    def freshness(self, now: float, started: Optional[float], stale_after_s: float,
+                  socket_path: str) -> "Freshness":
+        """Is this reading current at now (monotonic s)? started: when the read in progress
+        began (None: none is running); stale_after_s: age at which an answer is too old;
+        socket_path: tailscaled's socket, named in the error."""
+        age = now - self.ok_at if not math.isnan(self.ok_at) else math.nan
+        error = self.error
+        if not error and started is not None and now - started > HANG_REPORT_S:
+            error = (f"tailscaled at {socket_path} has not answered GET /localapi/v0/status "
+                     f"for more than {HANG_REPORT_S:.1f} s")
+        if not error and not math.isnan(age) and age > stale_after_s:
+            error = f"tailscaled status not read for more than {stale_after_s:.1f} s"
+        if not error and math.isnan(age):
+            error = "tailscaled not read yet"
+        return Freshness(bool(error), age, error)
+
+    def freshness_changes_at(self, now: float, started: Optional[float], stale_after_s: float) -> float:
+        """The monotonic time at which freshness(...) may change with no new read finishing: the
+        read in progress turns into "not answering", or this answer grows older than
+        stale_after_s. inf when neither can happen (already failing or never read)."""
+        times = [math.inf]
+        if not self.error and started is not None and now - started <= HANG_REPORT_S:
+            times.append(started + HANG_REPORT_S)
+        if not self.error and not math.isnan(self.ok_at) and now - self.ok_at <= stale_after_s:
+            times.append(self.ok_at + stale_after_s)
+        return min(times)
+
 
 @dataclass(frozen=True)
 class Freshness:

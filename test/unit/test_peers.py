@@ -3,6 +3,7 @@ import math
 
 from tsfake import recorded
 
+from overlay_manager import nat as N
 from overlay_manager import peers as P
 
 
@@ -95,12 +96,12 @@ def test_ping_path():
 
 def test_netcheck_summary():
     regions = {999: "lab"}
-    nat = P.parse_netcheck({"UDP": True, "MappingVariesByDestIP": False, "PreferredDERP": 999,
+    nat = N.parse_netcheck({"UDP": True, "MappingVariesByDestIP": False, "PreferredDERP": 999,
                             "RegionLatency": {"999": 1500000}}, regions)
     assert nat.known and nat.udp and not nat.hard_nat and nat.preferred_derp == "lab"
     assert abs(nat.preferred_derp_latency_ms - 1.5) < 1e-9
     assert "direct links are possible" in nat.summary
-    hard = P.parse_netcheck({"UDP": True, "MappingVariesByDestIP": "true"}, regions)
+    hard = N.parse_netcheck({"UDP": True, "MappingVariesByDestIP": "true"}, regions)
     assert hard.hard_nat and "hard NAT" in hard.summary
-    blocked = P.parse_netcheck({"UDP": False}, regions)
+    blocked = N.parse_netcheck({"UDP": False}, regions)
     assert not blocked.udp and blocked.summary.startswith("UDP blocked")

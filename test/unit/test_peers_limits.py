@@ -6,6 +6,7 @@ from dataclasses import replace
 
 from tsfake import huge_status, recorded
 
+from overlay_manager import nat as N
 from overlay_manager import peers as P
 
 
@@ -41,9 +42,9 @@ def test_latency_and_times_out_of_range_are_unknown():
     assert math.isnan(P.finite_ms(1e308, 1e10)) and P.finite_ms(0.002, 1000.0) == 2.0
     assert P.parse_time("9999-12-31T23:59:59Z") == 0.0           # beyond uint32 ROS time
     assert P.parse_time("2026-11-22T00:44:10.574675235Z") > 0
-    nat = P.parse_netcheck({"UDP": True, "PreferredDERP": 1e400, "RegionLatency": {"1": 1e400}}, {})
+    nat = N.parse_netcheck({"UDP": True, "PreferredDERP": 1e400, "RegionLatency": {"1": 1e400}}, {})
     assert math.isnan(nat.preferred_derp_latency_ms) and nat.known
-    assert P.derp_regions({"Regions": {"1": {"RegionID": 1e400}, "2": {"RegionID": 2, "RegionCode": "x"}}}) == {2: "x"}
+    assert N.derp_regions({"Regions": {"1": {"RegionID": 1e400}, "2": {"RegionID": 2, "RegionCode": "x"}}}) == {2: "x"}
 
 
 def test_strings_that_are_not_utf8_are_replaced():
