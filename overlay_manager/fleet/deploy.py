@@ -35,7 +35,7 @@ from urllib.parse import urlsplit
 import yaml
 
 from ..files import atomic_write
-from ..validation import ConfigError, Reader, require_file
+from ..validation import ConfigError, require_file
 from . import tls
 from .config import FleetConfig, FleetError
 from .headscale import HeadscaleCLI, find_headscale
@@ -229,34 +229,6 @@ def headscale_config(fleet: FleetConfig, root: Path, tls_cert: Optional[Path],
     }
 
 
-def check_tls_files(fleet: FleetConfig) -> None:
-    """With ``server.tls.generate: false``: the cert, key and CA files exist, are readable and
-    are what their key says (openssl parses them, the key matches the certificate).
-
-    Raises:
-        ConfigError: naming the fleet file and ``server.tls.cert|key|ca``.
-    """
-    t = fleet.server.tls
-    if urlsplit(fleet.server.url).scheme != "https" or t.generate:
-        return
-    r = Reader(fleet.path)
-    checks = (("cert", t.cert, ["x509", "-noout", "-pubkey", "-in"], "a PEM certificate"),
-              ("key", t.key, ["pkey", "-pubout", "-passin", "pass:", "-in"], "an unencrypted PEM private key"),
-              ("ca", t.ca, ["x509", "-noout", "-in"], "a PEM certificate"))
-    pubkeys: Dict[str, str] = {}
-    for what, path, args, kind in checks:
-        if path is None:
-            continue
-        r.existing_file(path, f"server.tls.{what}")
-        try:
-            out = tls._openssl([*args, str(path)], f"read server.tls.{what}", path)
-        except FleetError as e:
-            raise r.error(f"server.tls.{what}", f"{path} is not {kind}: {e.reason}") from None
-        pubkeys[what] = out
-    if "cert" in pubkeys and "key" in pubkeys and pubkeys["cert"].strip() != pubkeys["key"].strip():
-        raise r.error("server.tls.key", f"{t.key} does not belong to the certificate {t.cert}")
-
-
 def init_deployment(fleet: FleetConfig, outdir: Union[str, Path],
                     headscale: Optional[str] = None) -> Deployment:
     """Write (or converge) a complete offline Headscale deployment for ``fleet`` in ``outdir``.
@@ -285,7 +257,7 @@ def init_deployment(fleet: FleetConfig, outdir: Union[str, Path],
     if len(str(root / "run" / "headscale.sock")) > 100:
         raise FleetError("path too long for a unix socket (max 100 characters); use a shorter "
                          "deployment directory", file=root / "run" / "headscale.sock")
-    check_tls_files(fleet)
+    tls.check_tls_files(fleet)
     for i, derp_map in enumerate(fleet.server.derp.extra_maps):  # headscale reads them at start
         require_file(fleet.path, f"server.derp.extra_maps[{i}]", derp_map, what="DERP map")
     if (root / "deployment.json").exists():

@@ -13,9 +13,11 @@ import shutil
 import subprocess
 import tempfile
 from pathlib import Path
-from typing import List, Tuple
+from typing import Dict, List, Tuple
+from urllib.parse import urlsplit
 
-from .config import FleetError
+from ..validation import Reader
+from .config import FleetConfig, FleetError
 
 #: Re-issue the server certificate when it expires within this many seconds.
 RENEW_BEFORE_S = 30 * 86400
@@ -109,3 +111,31 @@ def ensure_server_cert(tls_dir: Path, ca_key: Path, ca_crt: Path, names: List[st
         os.replace(t / "server.crt", crt)
     sans.write_text(wanted)
     return key, crt
+
+
+def check_tls_files(fleet: FleetConfig) -> None:
+    """With ``server.tls.generate: false``: the cert, key and CA files exist, are readable and
+    are what their key says (openssl parses them, the key matches the certificate).
+
+    Raises:
+        ConfigError: naming the fleet file and ``server.tls.cert|key|ca``.
+    """
+    t = fleet.server.tls
+    if urlsplit(fleet.server.url).scheme != "https" or t.generate:
+        return
+    r = Reader(fleet.path)
+    checks = (("cert", t.cert, ["x509", "-noout", "-pubkey", "-in"], "a PEM certificate"),
+              ("key", t.key, ["pkey", "-pubout", "-passin", "pass:", "-in"], "an unencrypted PEM private key"),
+              ("ca", t.ca, ["x509", "-noout", "-in"], "a PEM certificate"))
+    pubkeys: Dict[str, str] = {}
+    for what, path, args, kind in checks:
+        if path is None:
+            continue
+        r.existing_file(path, f"server.tls.{what}")
+        try:
+            out = _openssl([*args, str(path)], f"read server.tls.{what}", path)
+        except FleetError as e:
+            raise r.error(f"server.tls.{what}", f"{path} is not {kind}: {e.reason}") from None
+        pubkeys[what] = out
+    if "cert" in pubkeys and "key" in pubkeys and pubkeys["cert"].strip() != pubkeys["key"].strip():
+        raise r.error("server.tls.key", f"{t.key} does not belong to the certificate {t.cert}")
