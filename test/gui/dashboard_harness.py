@@ -27,7 +27,7 @@ ARTIFACTS = REPO / "artifacts"
 from overlay_manager import waiting  # noqa: E402 - after the repository is on sys.path
 
 
-def wait_for(predicate: Callable[[], bool], timeout: float, what: str,
+def wait_for(what: str, predicate: Callable[[], bool], timeout: float,
              describe: Optional[Callable[[], str]] = None, step: float = 0.02) -> None:
     """overlay_manager.waiting.wait_for that also processes Qt events (when an application
     exists) before each check; a timeout fails the test with what was waited for."""
@@ -136,7 +136,7 @@ def roscore(ros_env: Dict[str, str]) -> Iterator[str]:
         except OSError:
             return False
 
-    wait_for(up, 30, f"roscore at {ros_env['ROS_MASTER_URI']}")
+    wait_for(f"roscore at {ros_env['ROS_MASTER_URI']}", up, 30)
     for key in ("ROS_MASTER_URI", "ROS_IP", "ROS_HOME", "ROS_LOG_DIR"):
         os.environ[key] = ros_env[key]
     os.environ.pop("ROS_HOSTNAME", None)

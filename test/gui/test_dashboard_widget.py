@@ -64,15 +64,16 @@ def cell(widget, peer: str, key: str):
 
 def test_node_is_discovered(dashboard) -> None:
     combo = dashboard.node_combo
-    wait_for(lambda: combo.findText(NODE) >= 0 and NODE in dashboard._model.nodes(), 15,
-             f"{NODE} in the node selector (found by its ~peers topic)",
+    wait_for(f"{NODE} in the node selector (found by its ~peers topic)",
+             lambda: combo.findText(NODE) >= 0 and NODE in dashboard._model.nodes(),
+             15,
              lambda: f"combo={[combo.itemText(i) for i in range(combo.count())]}, "
                      f"model nodes={dashboard._model.nodes()}")
     assert dashboard._model.node() == NODE
 
 
 def test_table_fills(dashboard) -> None:
-    wait_for(lambda: dashboard.peer_table.rowCount() == 3, 15, "3 peers in the table",
+    wait_for("3 peers in the table", lambda: dashboard.peer_table.rowCount() == 3, 15,
              lambda: table_text(dashboard))
     assert cell(dashboard, "robot1", "path").text() == "direct"
     assert cell(dashboard, "robot1", "where").text() == "192.0.2.10:41641"
@@ -83,15 +84,16 @@ def test_table_fills(dashboard) -> None:
     assert cell(dashboard, "robot3", "online").text() == "no"
     assert cell(dashboard, "robot1", "handshake").text().endswith("s ago")
     # rates need two PeerList messages (2 Hz): 2 Mbyte/s per message pair -> 16 Mbit/s
-    wait_for(lambda: cell(dashboard, "robot1", "rx").text().endswith("Mbit/s"), 10,
-             "robot1's rx rate from two counter samples", lambda: table_text(dashboard))
+    wait_for("robot1's rx rate from two counter samples",
+             lambda: cell(dashboard, "robot1", "rx").text().endswith("Mbit/s"),
+             10, lambda: table_text(dashboard))
     assert cell(dashboard, "robot1", "rx").text() == "16.0 Mbit/s"
     colour = cell(dashboard, "robot2", "path").background().color().name()
     assert colour == fmt.path_colour("derp")
 
 
 def test_status_panel(dashboard) -> None:
-    wait_for(lambda: "laptop1" in dashboard.self_value.text(), 10, "this machine's status",
+    wait_for("this machine's status", lambda: "laptop1" in dashboard.self_value.text(), 10,
              lambda: dashboard.self_value.text())
     assert "easy NAT" in dashboard.nat_value.text()
     assert "enrolled; control server reachable" in dashboard.state_value.text()
@@ -100,25 +102,25 @@ def test_status_panel(dashboard) -> None:
 
 
 def test_path_change_recolours_row(dashboard, fake_node) -> None:
-    wait_for(lambda: cell(dashboard, "robot2", "path") is not None, 15, "robot2 in the table")
+    wait_for("robot2 in the table", lambda: cell(dashboard, "robot2", "path") is not None, 15)
     assert send_command(fake_node, "path robot2 direct 192.0.2.11:41641").startswith("ok")
-    wait_for(lambda: cell(dashboard, "robot2", "path").text() == "direct", 10,
-             "robot2's path to become direct", lambda: table_text(dashboard))
+    wait_for("robot2's path to become direct", lambda: cell(dashboard, "robot2", "path").text() == "direct",
+             10, lambda: table_text(dashboard))
     item = cell(dashboard, "robot2", "path")
     assert item.background().color().name() == fmt.path_colour("direct")
     assert cell(dashboard, "robot2", "name").background().color().name() == fmt.path_tint("direct")
     assert cell(dashboard, "robot2", "where").text() == "192.0.2.11:41641"
-    wait_for(lambda: dashboard.path_log.count() >= 1, 10, "a line in the path-change log")
+    wait_for("a line in the path-change log", lambda: dashboard.path_log.count() >= 1, 10)
     line = dashboard.path_log.item(0)
     assert "robot2  derp -> direct  192.0.2.11:41641" in line.text()
     assert line.foreground().color().name() == fmt.path_colour("direct")
 
 
 def test_ping_shows_latency(dashboard) -> None:
-    wait_for(lambda: dashboard.select_peer("robot1"), 15, "robot1 row to select")
+    wait_for("robot1 row to select", lambda: dashboard.select_peer("robot1"), 15)
     assert dashboard.ping_button.isEnabled()
     dashboard.ping_button.click()
-    wait_for(lambda: "1.23 ms mean" in dashboard.last_result(), 15, "the ping result",
+    wait_for("the ping result", lambda: "1.23 ms mean" in dashboard.last_result(), 15,
              lambda: dashboard.result_text.toPlainText())
     assert "ping robot1: 3 answered" in dashboard.last_result()
     assert "path direct via 192.0.2.10:41641" in dashboard.last_result()
@@ -126,13 +128,13 @@ def test_ping_shows_latency(dashboard) -> None:
 
 
 def test_measure_and_wait(dashboard) -> None:
-    wait_for(lambda: dashboard.select_peer("robot1"), 15, "robot1 row to select")
+    wait_for("robot1 row to select", lambda: dashboard.select_peer("robot1"), 15)
     dashboard.measure_button.click()
-    wait_for(lambda: "measure robot1: TCP 1.70 Gbit/s" in dashboard.last_result(), 15,
-             "the measure-link result", lambda: dashboard.result_text.toPlainText())
+    wait_for("the measure-link result", lambda: "measure robot1: TCP 1.70 Gbit/s" in dashboard.last_result(),
+             15, lambda: dashboard.result_text.toPlainText())
     dashboard.wait_button.click()
-    wait_for(lambda: "wait for robot1 direct: direct" in dashboard.last_result(), 15,
-             "the wait-for-direct result", lambda: dashboard.result_text.toPlainText())
+    wait_for("the wait-for-direct result", lambda: "wait for robot1 direct: direct" in dashboard.last_result(),
+             15, lambda: dashboard.result_text.toPlainText())
 
 
 def test_unreachable_service_is_reported(dashboard, qapp) -> None:
@@ -142,7 +144,7 @@ def test_unreachable_service_is_reported(dashboard, qapp) -> None:
     widget = OverlayDashboardWidget(model)
     widget.select_node("/nobody/overlay_manager", user=True)
     model.ping("robot1")
-    wait_for(lambda: "not available" in widget.last_result(), 15, "the error for a missing service",
+    wait_for("the error for a missing service", lambda: "not available" in widget.last_result(), 15,
              lambda: widget.result_text.toPlainText())
     widget.shutdown()
     model.shutdown()
@@ -183,15 +185,16 @@ def test_a_second_dashboard_shows_the_latched_topic_links(qapp, dashboard) -> No
     from overlay_manager.dashboard.model import OverlayModel
     from overlay_manager.dashboard.widget import OverlayDashboardWidget
 
-    wait_for(lambda: len(dashboard.topic_rows()) == 2, 15, "2 topic links in the first dashboard",
+    wait_for("2 topic links in the first dashboard", lambda: len(dashboard.topic_rows()) == 2, 15,
              lambda: str(dashboard.snapshot()["topics"]))
     model = OverlayModel(discovery_period_s=0.5)
     second = OverlayDashboardWidget(model)
     second.show()
     second.start()
     try:
-        wait_for(lambda: model.node() == NODE and len(second.topic_rows()) == 2, 15,
-                 "the second dashboard on /overlay_manager with the 2 latched topic links",
+        wait_for("the second dashboard on /overlay_manager with the 2 latched topic links",
+                 lambda: model.node() == NODE and len(second.topic_rows()) == 2,
+                 15,
                  lambda: f"node={model.node()!r} topics={second.snapshot()['topics']}")
         for _ in range(20):  # and they stay (nothing clears them after the node change)
             qapp.processEvents()
@@ -206,9 +209,10 @@ def test_a_second_dashboard_shows_the_latched_topic_links(qapp, dashboard) -> No
 
 def test_topics_view_fills(dashboard) -> None:
     from overlay_manager.dashboard.widget import STALE_BACKGROUND
-    wait_for(lambda: len(dashboard.topic_rows()) == 2 and dashboard.topic_rows()[0]["path_colour"]
-             != STALE_BACKGROUND, 15,
-             "2 cross-machine topic links in the Topics view (the local /rosout link left out)",
+    wait_for("2 cross-machine topic links in the Topics view (the local /rosout link left out)",
+             lambda: len(dashboard.topic_rows()) == 2 and dashboard.topic_rows()[0]["path_colour"]
+             != STALE_BACKGROUND,
+             15,
              lambda: str(dashboard.snapshot()["topics"]))
     rows = {r["topic"]: r for r in dashboard.topic_rows()}
     cam = rows["/robot1/camera/image_raw"]
@@ -233,7 +237,7 @@ def test_peer_table_gets_most_of_the_window(qapp, rospy_node, fake_node) -> None
     widget.show()
     widget.start(NODE)
     try:
-        wait_for(lambda: widget.peer_table.rowCount() == 3, 15, "3 peers in the small window",
+        wait_for("3 peers in the small window", lambda: widget.peer_table.rowCount() == 3, 15,
                  lambda: table_text(widget))
         qapp.processEvents()
         table = widget.peer_table
@@ -250,12 +254,13 @@ def test_peer_table_gets_most_of_the_window(qapp, rospy_node, fake_node) -> None
 
 def test_stale_node_is_marked(dashboard, fake_node) -> None:
     from overlay_manager.dashboard.widget import STALE_BACKGROUND
-    wait_for(lambda: dashboard.peer_table.rowCount() == 3 and not dashboard.snapshot()["stale"], 15,
-             "a fresh table", lambda: dashboard.snapshot()["headline"])
+    wait_for("a fresh table", lambda: dashboard.peer_table.rowCount() == 3 and not dashboard.snapshot()["stale"],
+             15, lambda: dashboard.snapshot()["headline"])
     assert send_command(fake_node, "pause") == "ok pause"
     try:
-        wait_for(lambda: dashboard.snapshot()["stale"], 10,
-                 "the stale mark after ~peers/~status stopped (3 publish periods, at least 3 s)",
+        wait_for("the stale mark after ~peers/~status stopped (3 publish periods, at least 3 s)",
+                 lambda: dashboard.snapshot()["stale"],
+                 10,
                  lambda: dashboard.snapshot()["headline"])
         snap = dashboard.snapshot()
         assert snap["headline"].startswith("STALE since"), snap["headline"]
@@ -264,7 +269,7 @@ def test_stale_node_is_marked(dashboard, fake_node) -> None:
         assert all(r["path_colour"] == STALE_BACKGROUND for r in snap["topics"]), snap["topics"]
     finally:
         assert send_command(fake_node, "resume") == "ok resume"
-    wait_for(lambda: not dashboard.snapshot()["stale"], 10, "the stale mark to clear after resume",
+    wait_for("the stale mark to clear after resume", lambda: not dashboard.snapshot()["stale"], 10,
              lambda: dashboard.snapshot()["headline"])
     assert cell(dashboard, "robot1", "path").background().color().name() == fmt.path_colour("direct")
     assert dashboard.snapshot()["headline"].startswith("3 peers")
@@ -272,25 +277,26 @@ def test_stale_node_is_marked(dashboard, fake_node) -> None:
 
 def test_node_reporting_stale_is_marked(dashboard, fake_node) -> None:
     from overlay_manager.dashboard.widget import STALE_BACKGROUND
-    wait_for(lambda: dashboard.peer_table.rowCount() == 3 and not dashboard.snapshot()["stale"], 15,
-             "a fresh table", lambda: dashboard.snapshot()["headline"])
+    wait_for("a fresh table", lambda: dashboard.peer_table.rowCount() == 3 and not dashboard.snapshot()["stale"],
+             15, lambda: dashboard.snapshot()["headline"])
     assert send_command(fake_node, "blind") == "ok blind"
     try:
-        wait_for(lambda: "tailscaled is not reachable" in dashboard.snapshot()["headline"], 10,
-                 "the stale mark with the node's reason from ~peers.stale/~status.stale",
+        wait_for("the stale mark with the node's reason from ~peers.stale/~status.stale",
+                 lambda: "tailscaled is not reachable" in dashboard.snapshot()["headline"],
+                 10,
                  lambda: dashboard.snapshot()["headline"])
         snap = dashboard.snapshot()
         assert "cannot read tailscaled (tailscaled is not reachable" in snap["headline"], snap["headline"]
         assert all(r["path_colour"] == STALE_BACKGROUND for r in snap["rows"]), snap["rows"]
     finally:
         assert send_command(fake_node, "sees") == "ok sees"
-    wait_for(lambda: not dashboard.snapshot()["stale"], 10, "the stale mark to clear",
+    wait_for("the stale mark to clear", lambda: not dashboard.snapshot()["stale"], 10,
              lambda: dashboard.snapshot()["headline"])
 
 
 def test_screenshot(dashboard) -> None:
-    wait_for(lambda: dashboard.select_peer("robot1"), 15, "robot1 row to select")
-    wait_for(lambda: len(dashboard._model.history("robot1")) >= 3, 10, "three history samples")
+    wait_for("robot1 row to select", lambda: dashboard.select_peer("robot1"), 15)
+    wait_for("three history samples", lambda: len(dashboard._model.history("robot1")) >= 3, 10)
     dashboard._on_tick()
     ARTIFACTS.mkdir(exist_ok=True)
     path = ARTIFACTS / "dashboard.png"
@@ -298,8 +304,9 @@ def test_screenshot(dashboard) -> None:
     assert path.stat().st_size > 10_000
     print(f"screenshot: {path}")
     dashboard.view_tabs.setCurrentWidget(dashboard.topics_tab)  # the Topics view, for the docs
-    wait_for(lambda: dashboard.topic_table.isVisible() and dashboard.topic_table.rowCount() == 2, 10,
-             "the Topics view shown with its 2 links")
+    wait_for("the Topics view shown with its 2 links",
+             lambda: dashboard.topic_table.isVisible() and dashboard.topic_table.rowCount() == 2,
+             10)
     topics = ARTIFACTS / "dashboard_topics.png"
     try:
         assert dashboard.grab().save(str(topics)), f"could not write {topics}"
@@ -320,9 +327,9 @@ def test_standalone_window(xvfb, roscore, ros_env: Dict[str, str], fake_node, tm
                              "/robot9/overlay_manager"], env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True)
     try:
-        wait_for(lambda: proc.poll() is not None or any(
-            n.startswith("/overlay_dashboard") for n in _subscribers(roscore, "/robot9/overlay_manager/peers")),
-            30, "the standalone dashboard to subscribe to /robot9/overlay_manager/peers")
+        wait_for("the standalone dashboard to subscribe to /robot9/overlay_manager/peers",
+            lambda: proc.poll() is not None or any(
+            n.startswith("/overlay_dashboard") for n in _subscribers(roscore, "/robot9/overlay_manager/peers")), 30)
         assert proc.poll() is None, proc.communicate()[0][-3000:]
     finally:
         stop_process(proc, sig=signal.SIGINT, timeout=15)
