@@ -110,7 +110,7 @@ def _raw_config(tmp_path, case):
     return str(p)
 
 
-# The real node for the cases the issue saw crash it; every other hostile input goes through
+# The real node for the inputs that once crashed it; every other hostile input goes through
 # the same loader and is covered by test/unit/test_validation.py (loaders and CLIs).
 @pytest.mark.parametrize("case,key", [
     ("nan", "node.publish_rate"), ("inf", "node.poll_rate"), ("directory", "(file)"),
