@@ -47,7 +47,9 @@ from overlay_manager.fleet.bundle import write_bundle  # noqa: E402
 from overlay_manager.fleet.config import load_fleet  # noqa: E402
 from overlay_manager.fleet.deploy import apply_policy, init_deployment  # noqa: E402
 from overlay_manager.fleet.ops import fleet_status, sync_tags  # noqa: E402
+from overlay_manager.peers import parse_status  # noqa: E402
 from overlay_manager.relay import apply_relay, read_relay_state  # noqa: E402
+from overlay_manager.status_json import StatusDecoder  # noqa: E402
 from overlay_manager.tailscale import LocalAPI  # noqa: E402
 from overlay_manager.waiting import wait_for  # noqa: E402 - bounded poll naming what it waits for
 
@@ -261,6 +263,22 @@ import subprocess, sys
 r = subprocess.run(["ping", "-c", "1", "-W", sys.argv[2], sys.argv[1]], capture_output=True, text=True)
 print("ok" if r.returncode == 0 else "fail")
 """
+
+
+def test_status_decoder_recognises_a_real_tailscaleds_layout(net: Dict[str, Any]) -> None:
+    """The node's status decoder cuts a real tailscaled's /status per peer (the layout it relies
+    on to reuse unchanged peers) and gives exactly what json.loads gives."""
+    api: LocalAPI = net["relay_api"]
+    code, body = api._transport("GET", "/localapi/v0/status", None, 5.0)
+    assert code == 200, body[:200]
+    text = body.decode("utf-8")
+    whole = json.loads(text)
+    assert whole.get("Peer"), "the relay host should see peers"
+    dec = StatusDecoder()
+    assert dec.decode(text) == whole
+    assert dec.decode(text) == whole and dec.reused == len(whole["Peer"]), (dec.reused, len(whole["Peer"]))
+    snap = parse_status(api.status(decoder=dec))  # a fresh read through the client, decoded in pieces
+    assert len(snap.peers) == len(whole["Peer"]), (len(snap.peers), len(whole["Peer"]))
 
 
 def test_relay_server_on_off_through_localapi(net: Dict[str, Any]) -> None:
