@@ -35,14 +35,8 @@ from .diagnose import (
     stale_diagnostic,
 )
 from .hosts import ManagedHosts
-from .monitor_types import (  # noqa: F401 - the monitor's value types, imported from here too
-    ERROR,
-    HANG_REPORT_S,
-    OK,
-    OVERLAY_V4,
-    OVERLAY_V6,
+from .monitor_types import (
     STATUS_TIMEOUT_S,
-    WARN,
     Check,
     Diagnostic,
     Freshness,
@@ -50,7 +44,6 @@ from .monitor_types import (  # noqa: F401 - the monitor's value types, imported
     PingOutcome,
     Reading,
     WaitResult,
-    is_overlay_address,
 )
 from .nat import NatInfo, derp_regions, parse_netcheck
 from .peers import (

@@ -43,7 +43,7 @@ it; the poll thread logs if the reporting thread itself is stuck.
 
 Locks: ``OverlayMonitor._lock`` guards its latency map and in-flight pings (no I/O under it);
 ``Worker._lock`` guards a worker's counters; ``LogQueue`` has its own condition. What tailscaled
-said is an immutable ``monitor.Reading`` swapped by one assignment. Change detection state
+said is an immutable ``monitor_types.Reading`` swapped by one assignment. Change detection state
 (``_last_*``) and publish faults belong to overlay-report alone; path changes reach it through a
 deque (thread-safe append/popleft).
 """
@@ -81,8 +81,9 @@ from overlay_manager.srv import (
 from . import children
 from .ipnbus import BusWatcher
 from .links import iperf_server_argv
-from .monitor import ERROR, STATUS_TIMEOUT_S, Freshness, OverlayMonitor, Reading
-from .node_messages import ReportMessages, peer_msg, status_key  # noqa: F401 - status_key: also the node's API
+from .monitor import OverlayMonitor
+from .monitor_types import ERROR, STATUS_TIMEOUT_S, Freshness, Reading
+from .node_messages import ReportMessages, peer_msg, status_key
 from .node_topics import XMLRPC_TIMEOUT_S, TopicLinkReporter
 from .peers import PathChangeEvent, Snapshot, same_topology
 from .workers import ERROR as LOG_ERROR

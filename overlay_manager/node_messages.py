@@ -17,7 +17,8 @@ from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 
 from overlay_manager.msg import NatSummary, OverlayStatus, Peer, PeerList
 
-from .monitor import ERROR, OK, Diagnostic, Freshness, OverlayMonitor, Reading
+from .monitor import OverlayMonitor
+from .monitor_types import ERROR, OK, Diagnostic, Freshness, Reading
 from .peers import TIME_MAX, PeerState, clamp_uint64
 from .relay import relay_summary
 from .wire import ElementCache, cached_tail_class, to_bytes

@@ -26,25 +26,16 @@ from python_qt_binding.QtWidgets import QListWidgetItem, QWidget
 from overlay_manager.dashboard import format as fmt
 from overlay_manager.dashboard import topics as tv
 from overlay_manager.dashboard.cells import (
-    SORT_ROLE,
-    STALE_BACKGROUND,
-    STALE_FOREGROUND,
     coloured,
     grey_out,
     plain,
 )
 from overlay_manager.dashboard.model import ActionResult, OverlayModel
-from overlay_manager.dashboard.peer_table import COL, COLUMN_KEYS, COLUMNS, PeerTable
+from overlay_manager.dashboard.peer_table import COLUMN_KEYS, PeerTable
 from overlay_manager.dashboard.plot import HistoryPlot
 from overlay_manager.dashboard.state import DEFAULT_NODE, normalise_node
 from overlay_manager.dashboard.status_panel import STATUS_FIELDS, clear_status, show_status
-from overlay_manager.dashboard.topic_table import TCOL, TOPIC_KEYS, TopicTable
-
-__all__ = [
-    "COL", "COLUMNS", "COLUMN_KEYS", "PATH_LOG_MAX", "SETTING_HIDDEN", "SETTING_KEYS", "SETTING_NODE",
-    "SETTING_SORT_COLUMN", "SETTING_SORT_ORDER", "SORT_ROLE", "STALE_BACKGROUND", "STALE_FOREGROUND",
-    "TCOL", "TOPIC_KEYS", "UI_FILE", "OverlayDashboardWidget",
-]
+from overlay_manager.dashboard.topic_table import TopicTable
 
 UI_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "resource", "overlay_dashboard.ui")
 

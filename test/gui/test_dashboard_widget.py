@@ -57,7 +57,7 @@ def table_text(widget) -> str:
 
 def cell(widget, peer: str, key: str):
     """The table item of a peer's column (None if the peer is not shown)."""
-    from overlay_manager.dashboard.widget import COL
+    from overlay_manager.dashboard.peer_table import COL
     row = widget.row_of(peer)
     return None if row < 0 else widget.peer_table.item(row, COL[key])
 
@@ -153,7 +153,8 @@ def test_unreachable_service_is_reported(dashboard, qapp) -> None:
 
 def test_settings_round_trip(dashboard, qapp) -> None:
     from overlay_manager.dashboard.model import OverlayModel
-    from overlay_manager.dashboard.widget import COL, OverlayDashboardWidget
+    from overlay_manager.dashboard.peer_table import COL
+    from overlay_manager.dashboard.widget import OverlayDashboardWidget
     dashboard.set_column_visible("tx", False)
     dashboard.peer_table.sortItems(COL["latency"], 1)  # Qt.DescendingOrder
     state = dashboard.save_state()
@@ -208,7 +209,7 @@ def test_a_second_dashboard_shows_the_latched_topic_links(qapp, dashboard) -> No
 
 
 def test_topics_view_fills(dashboard) -> None:
-    from overlay_manager.dashboard.widget import STALE_BACKGROUND
+    from overlay_manager.dashboard.cells import STALE_BACKGROUND
     wait_for("2 cross-machine topic links in the Topics view (the local /rosout link left out)",
              lambda: len(dashboard.topic_rows()) == 2 and dashboard.topic_rows()[0]["path_colour"]
              != STALE_BACKGROUND,
@@ -253,7 +254,7 @@ def test_peer_table_gets_most_of_the_window(qapp, rospy_node, fake_node) -> None
 
 
 def test_stale_node_is_marked(dashboard, fake_node) -> None:
-    from overlay_manager.dashboard.widget import STALE_BACKGROUND
+    from overlay_manager.dashboard.cells import STALE_BACKGROUND
     wait_for("a fresh table", lambda: dashboard.peer_table.rowCount() == 3 and not dashboard.snapshot()["stale"],
              15, lambda: dashboard.snapshot()["headline"])
     assert send_command(fake_node, "pause") == "ok pause"
@@ -276,7 +277,7 @@ def test_stale_node_is_marked(dashboard, fake_node) -> None:
 
 
 def test_node_reporting_stale_is_marked(dashboard, fake_node) -> None:
-    from overlay_manager.dashboard.widget import STALE_BACKGROUND
+    from overlay_manager.dashboard.cells import STALE_BACKGROUND
     wait_for("a fresh table", lambda: dashboard.peer_table.rowCount() == 3 and not dashboard.snapshot()["stale"],
              15, lambda: dashboard.snapshot()["headline"])
     assert send_command(fake_node, "blind") == "ok blind"

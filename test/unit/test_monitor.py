@@ -4,7 +4,8 @@ import os
 import shutil
 
 from overlay_manager.config import apply_overrides, load_robot_config
-from overlay_manager.monitor import ERROR, OK, WARN, OverlayMonitor
+from overlay_manager.monitor import OverlayMonitor
+from overlay_manager.monitor_types import ERROR, OK, WARN
 from overlay_manager.tailscale import LocalAPI
 
 ROOT = os.path.join(os.path.dirname(__file__), "..", "..")

@@ -8,7 +8,8 @@ import time
 import pytest
 
 from overlay_manager.config import apply_overrides, load_robot_config
-from overlay_manager.monitor import ERROR, HANG_REPORT_S, OK, STATUS_TIMEOUT_S, OverlayMonitor
+from overlay_manager.monitor import OverlayMonitor
+from overlay_manager.monitor_types import ERROR, HANG_REPORT_S, OK, STATUS_TIMEOUT_S
 from overlay_manager.peers import PATH_DIRECT, PATH_OFFLINE, PATH_UNKNOWN, UINT64_MAX
 from overlay_manager.tailscale import LocalAPI
 

@@ -226,7 +226,8 @@ def _robot_cfg(relay: Any) -> Any:
 
 
 def test_monitor_turns_relay_on_reports_it_and_off_when_key_removed() -> None:
-    from overlay_manager.monitor import OK, WARN, OverlayMonitor
+    from overlay_manager.monitor import OverlayMonitor
+    from overlay_manager.monitor_types import OK, WARN
 
     ts = PrefsTailscaled(sessions=SESSIONS)
     api = LocalAPI(transport=ts)
@@ -248,7 +249,8 @@ def test_monitor_turns_relay_on_reports_it_and_off_when_key_removed() -> None:
 
 
 def test_monitor_relay_failure_is_reported_not_raised() -> None:
-    from overlay_manager.monitor import WARN, OverlayMonitor
+    from overlay_manager.monitor import OverlayMonitor
+    from overlay_manager.monitor_types import WARN
 
     m = OverlayMonitor(_robot_cfg({}), LocalAPI(transport=PrefsTailscaled(supports_relay=False)))
     note = m.refresh_relay()

@@ -5,7 +5,8 @@ import os
 from tsfake import write_robot_config
 
 from overlay_manager.config import load_robot_config
-from overlay_manager.monitor import ERROR, OK, OverlayMonitor
+from overlay_manager.monitor import OverlayMonitor
+from overlay_manager.monitor_types import ERROR, OK
 from overlay_manager.tailscale import LocalAPI
 
 ROOT = os.path.join(os.path.dirname(__file__), "..", "..")
