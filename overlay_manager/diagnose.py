@@ -10,9 +10,10 @@ changed, so a 500-peer fleet costs a dictionary lookup per peer per report.
 from __future__ import annotations
 
 import math
-from typing import Dict, FrozenSet, Iterable, List, Mapping, Optional, Set, Tuple
+from typing import FrozenSet, Iterable, List, Mapping, Optional, Set, Tuple
 
 from .config import RobotConfig
+from .memo import IdentityMemo
 from .monitor_types import ERROR, OK, WARN, Check, Diagnostic, Freshness, is_overlay_address
 from .nat import NatInfo
 from .peers import PATH_DERP, PATH_DIRECT, PATH_IDLE, PATH_OFFLINE, PATH_PEER_RELAY, PeerState, Snapshot
@@ -183,24 +184,14 @@ def peer_diagnostic(p: PeerState, required: bool, derp_why: str) -> Diagnostic:
 
 class PeerDiagnostics:
     """peer_diagnostic for every peer of a snapshot, reusing the entry of a peer whose PeerState
-    (matched by identity: the parser and the monitor reuse unchanged peers), required flag and
-    DERP wording are the same as last time. One caller at a time (the reporting thread)."""
+    (the same object: the parser and the monitor reuse unchanged peers), required flag and DERP
+    wording are the same as last time. One caller at a time (the reporting thread)."""
 
     def __init__(self) -> None:
-        self._cache: Dict[int, Tuple[PeerState, bool, str, Diagnostic]] = {}
+        self._memo: IdentityMemo[PeerState, Diagnostic] = IdentityMemo()
 
     def entries(self, peers: Iterable[PeerState], required: FrozenSet[str], nat: NatInfo) -> List[Diagnostic]:
         """One Diagnostic per peer, in order."""
         why = derp_reason(nat)
-        old = self._cache
-        new: Dict[int, Tuple[PeerState, bool, str, Diagnostic]] = {}
-        out: List[Diagnostic] = []
-        for p in peers:
-            req = p.name.lower() in required
-            hit = old.get(id(p))
-            if hit is None or hit[0] is not p or hit[1] != req or hit[2] != why:
-                hit = (p, req, why, peer_diagnostic(p, req, why))
-            new[id(p)] = hit
-            out.append(hit[3])
-        self._cache = new
-        return out
+        return self._memo.map(peers, lambda p: peer_diagnostic(p, p.name.lower() in required, why),
+                              extra=lambda p: (p.name.lower() in required, why))

@@ -18,7 +18,9 @@ from __future__ import annotations
 
 import io
 import struct
-from typing import Any, Dict, Iterable, List, Optional, Tuple, Type
+from typing import Any, Callable, Iterable, List, Optional, Tuple, Type
+
+from .memo import IdentityMemo
 
 _COUNT = struct.Struct("<I")
 
@@ -79,31 +81,19 @@ def cached_tail_class(msg_cls: Type[Any], field: str) -> Type[Any]:
 
 
 class ElementCache:
-    """Message and serialized bytes per source value, reused while the source is the same object.
-
-    Sources are immutable values (PeerState, Diagnostic) that the node's logic reuses as long as
-    nothing about them changed; they are matched by identity, not equality, because hashing a
-    500-peer list of dataclasses every second costs more than it saves. ``build`` is called only
-    for new sources. One thread uses a cache (the node's reporting thread).
-    """
+    """Message and serialized bytes per source value (PeerState, Diagnostic), built only for
+    sources that are not the same object as last time (memo.IdentityMemo). One thread uses a
+    cache (the node's reporting thread)."""
 
     def __init__(self) -> None:
-        self._cache: Dict[int, Tuple[Any, Any, bytes]] = {}  # id(source) -> (source, msg, bytes)
+        self._memo: IdentityMemo[Any, Tuple[Any, bytes]] = IdentityMemo()
 
-    def messages(self, sources: Iterable[Any], build: Any) -> Tuple[List[Any], int, bytes]:
+    def messages(self, sources: Iterable[Any], build: Callable[[Any], Any]) -> Tuple[List[Any], int, bytes]:
         """(messages, count, their serialized concatenation) for sources in order; forgets
         sources not given this time."""
-        out: Dict[int, Tuple[Any, Any, bytes]] = {}
-        msgs: List[Any] = []
-        parts: List[bytes] = []
-        old = self._cache
-        for s in sources:
-            hit = old.get(id(s))
-            if hit is None or hit[0] is not s:
-                m = build(s)
-                hit = (s, m, to_bytes(m))
-            out[id(s)] = hit
-            msgs.append(hit[1])
-            parts.append(hit[2])
-        self._cache = out
-        return msgs, len(msgs), b"".join(parts)
+        def build_both(source: Any) -> Tuple[Any, bytes]:
+            m = build(source)
+            return m, to_bytes(m)
+
+        built = self._memo.map(sources, build_both)
+        return [m for m, _ in built], len(built), b"".join(b for _, b in built)
