@@ -97,6 +97,17 @@ def _stop_group(proc: subprocess.Popen, what: str, grace: float = 10.0) -> None:
             say(f"{what} (pid {proc.pid}) still running after {sig.name}")
 
 
+def node_settings(node_params: Sequence[str]) -> Dict[str, Any]:
+    """The node settings a CPU run uses: NodeSettings' defaults, iperf_server and manage_hosts off
+    (as the run's config and command line set them), then the --node-param overrides (as text)."""
+    from ..config import NodeSettings
+
+    out: Dict[str, Any] = {k: getattr(NodeSettings(), k) for k in NodeSettings.__dataclass_fields__}
+    out.update(iperf_server=False, manage_hosts=False)
+    out.update(kv.split("=", 1) for kv in node_params if "=" in kv)
+    return out
+
+
 def cpu_bench(n_peers: int, seconds: float, warmup: float, topic_peers: int = 5,
               ipn_bus: bool = True, node_params: Sequence[str] = (), subscribers: bool = False) -> Dict[str, Any]:
     """Run the node against a fake tailscaled with n_peers peers, topic_peers of which stream a
@@ -116,10 +127,7 @@ def cpu_bench(n_peers: int, seconds: float, warmup: float, topic_peers: int = 5,
     streaming = threading.Event()  # set while the topic peers' counters grow
     procs: List[subprocess.Popen] = []
     res: Dict[str, Any] = {"peers": n_peers, "seconds": seconds, "warmup_s": warmup, "namespace": ns,
-                           "settings": {"poll_rate": 4.0, "publish_rate": 1.0, "ping_interval": 5.0,
-                                        "preflight_interval": 30.0, "netcheck_interval": 60.0,
-                                        "topic_links_interval": 5.0, "iperf_server": False,
-                                        "manage_hosts": False},
+                           "settings": node_settings(node_params),
                            "status_json_bytes": len(json.dumps(status)), "topic_peers": topic_peers,
                            "ipn_bus": ipn_bus, "node_params": list(node_params), "subscribers": subscribers}
     created = False

@@ -47,9 +47,16 @@ def table(result: Dict[str, Any]) -> str:
             lines.append(f"| node CPU / RSS | {c['peers']} peers ({c.get('topic_peers', 0)} streaming to this "
                          f"machine), fake tailscaled {'with' if c.get('ipn_bus') else 'without'} IPN bus, "
                          f"{'subscribers on ~peers, ~status, /diagnostics, ' if c.get('subscribers') else ''}"
-                         f"{c['wall_s']:.0f} s, defaults (poll 4 Hz, 2 Hz with the bus, publish 1 Hz, "
-                         f"ping 5 s, topic links 5 s) | CPU mean {c['cpu_mean_pct']:.1f} % "
+                         f"{c['wall_s']:.0f} s, {_settings(c.get('settings', {}))} | "
+                         f"CPU mean {c['cpu_mean_pct']:.1f} % "
                          f"of one core (1-s max {c['cpu_max_1s_pct']:.0f} %), RSS max {c['rss_max_mib']:.1f} MiB |")
         else:
             lines.append(f"| node CPU / RSS | {c['peers']} peers | error: {c.get('error', '?')[:200]} |")
     return "\n".join(lines)
+
+
+def _settings(st: Dict[str, Any]) -> str:
+    """The node settings that set its CPU, in words (from the run's recorded settings)."""
+    names = (("poll_rate", "poll {} Hz"), ("bus_poll_rate", "{} Hz with the bus"), ("publish_rate", "publish {} Hz"),
+             ("ping_interval", "ping {} s"), ("topic_links_interval", "topic links {} s"))
+    return ", ".join(fmt.format(st[k]) for k, fmt in names if k in st) or "settings not recorded"

@@ -135,3 +135,14 @@ def test_watch_status_helper_reports_each_path_change():
         proc.kill()
         proc.wait()
         fake.close()
+
+
+def test_cpu_rows_name_the_settings_the_run_used():
+    from overlay_manager.lab.bench_node_cpu import node_settings
+
+    st = node_settings(["bus_poll_rate=1"])
+    assert st["iperf_server"] is False and st["manage_hosts"] is False and st["bus_poll_rate"] == "1"
+    row = table({"cpu": [{"peers": 500, "topic_peers": 5, "ipn_bus": True, "wall_s": 30.0, "cpu_mean_pct": 1.5,
+                          "cpu_max_1s_pct": 4.0, "rss_max_mib": 61.0, "settings": st}]})
+    assert (f"poll {st['poll_rate']} Hz, 1 Hz with the bus, publish {st['publish_rate']} Hz, "
+            f"ping {st['ping_interval']} s, topic links {st['topic_links_interval']} s |") in row
