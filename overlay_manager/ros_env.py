@@ -4,7 +4,8 @@
 
 prints ``export ROS_HOSTNAME=<this machine's overlay name>``, ``export
 ROS_MASTER_URI=http://<master's overlay name>:<port>``, ``unset ROS_IP``, ``export
-OVERLAY_MANAGER_HOST=<short name>`` and, when tailscaled was asked (--enrol or --write-hosts),
+OVERLAY_MANAGER_HOST=<short name>``, ``export OVERLAY_MANAGER_NS=<ROS namespace of the short name>``
+(``ros_names.ros_namespace``: ``alpha-robot1`` -> ``alpha_robot1``) and, when tailscaled was asked (--enrol or --write-hosts),
 ``export OVERLAY_MANAGER_ADDRESS=<overlay IPv4 address>``. It needs only the config (overlay name
 = <hostname>.<base_domain>), so it works before the node runs. Options can enrol the machine,
 write the managed hosts block and wait for the master first.
@@ -31,6 +32,7 @@ from pathlib import Path
 from typing import List, Optional, Tuple
 
 from .config import ConfigError, RobotConfig, load_robot_config, require_config_file
+from .ros_names import ros_namespace
 
 DEFAULT_CONFIG = "/etc/overlay_manager/robot.yaml"
 CONFIG_ENV = "OVERLAY_MANAGER_CONFIG"
@@ -49,13 +51,18 @@ class RosEnv:
 
     @property
     def short_name(self) -> str:
-        """This machine's short name (robot.launch puts its node under /<short name>/)."""
+        """This machine's short name, as the host name is written (shown, never used in ROS names)."""
         return self.ros_hostname.split(".", 1)[0]
+
+    @property
+    def namespace(self) -> str:
+        """ROS-legal namespace of this machine (robot.launch puts its node under /<namespace>/)."""
+        return ros_namespace(self.short_name)
 
     def variables(self) -> List[Tuple[str, str]]:
         """(name, value) of every variable set for ROS, in output order."""
         out = [("ROS_HOSTNAME", self.ros_hostname), ("ROS_MASTER_URI", self.ros_master_uri),
-               ("OVERLAY_MANAGER_HOST", self.short_name)]
+               ("OVERLAY_MANAGER_HOST", self.short_name), ("OVERLAY_MANAGER_NS", self.namespace)]
         if self.overlay_address:
             out.append(("OVERLAY_MANAGER_ADDRESS", self.overlay_address))
         return out
@@ -73,6 +80,7 @@ class RosEnv:
                 f"export ROS_MASTER_URI={shlex.quote(self.ros_master_uri)}\n"
                 "unset ROS_IP\n"
                 f"export OVERLAY_MANAGER_HOST={shlex.quote(self.short_name)}\n"
+                f"export OVERLAY_MANAGER_NS={shlex.quote(self.namespace)}\n"
                 + (f"export OVERLAY_MANAGER_ADDRESS={shlex.quote(self.overlay_address)}\n"
                    if self.overlay_address else ""))
 

@@ -17,7 +17,16 @@ def test_compute_env_from_config_and_from_tailscaled_name():
     assert compute_env(cfg, "robot1-1.fleet.internal.").ros_hostname == "robot1-1.fleet.internal"
     assert env.shell() == ("export ROS_HOSTNAME=robot1.fleet.internal\n"
                            "export ROS_MASTER_URI=http://robot1.fleet.internal:11311\nunset ROS_IP\n"
-                           "export OVERLAY_MANAGER_HOST=robot1\n")
+                           "export OVERLAY_MANAGER_HOST=robot1\n"
+                           "export OVERLAY_MANAGER_NS=robot1\n")
+
+
+def test_hyphenated_host_gets_a_ros_legal_namespace_and_keeps_its_name():
+    env = compute_env(load_robot_config(EXAMPLE), "alpha-robot1.fleet.internal.")
+    assert env.short_name == "alpha-robot1"
+    assert env.namespace == "alpha_robot1"
+    assert "export OVERLAY_MANAGER_HOST=alpha-robot1\n" in env.shell()
+    assert "export OVERLAY_MANAGER_NS=alpha_robot1\n" in env.shell()
 
 
 def test_main_prints_exports(capsys):
