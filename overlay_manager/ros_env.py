@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import List, Optional, Tuple
 
+from . import firewall
 from .config import ConfigError, RobotConfig, load_robot_config, require_config_file
 from .ros_names import ros_namespace
 
@@ -202,9 +203,24 @@ def main(argv: Optional[List[str]] = None) -> int:
                          "untouched when anything fails")
     ap.add_argument("--install-ca", action="store_true",
                     help="install ca_cert into the system trust store (root) and exit")
+    ap.add_argument("--rosbridge-firewall", metavar="PORT",
+                    help="(root) install the nftables table inet overlay_manager: TCP PORT (rosbridge's "
+                         "websocket) accepted on lo and the overlay interface only; 0 removes it. "
+                         "Alone: do that and exit; with other options: first, then the rest")
+    ap.add_argument("--overlay-interface", default=firewall.OVERLAY_INTERFACE, metavar="NAME",
+                    help=f"tailscaled's TUN interface for --rosbridge-firewall (default {firewall.OVERLAY_INTERFACE})")
     args = ap.parse_args(argv)
     if args.reauth and not args.enrol:
         ap.error("--reauth needs --enrol")
+    if args.rosbridge_firewall is not None:
+        try:
+            print("overlay_env: " + firewall.apply(firewall.optional_port(args.rosbridge_firewall),
+                                                   args.overlay_interface), file=sys.stderr)
+        except firewall.FirewallError as exc:
+            _err(f"--rosbridge-firewall: {exc}")
+            return 1
+        if not (args.enrol or args.write_hosts or args.wait_master or args.env_file or args.install_ca):
+            return 0
     try:
         cfg = load_robot_config(args.config)
     except ConfigError as exc:
