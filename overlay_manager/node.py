@@ -30,7 +30,7 @@ tailscaled, the ROS master or the log.
 | overlay-preflight | ``preflight`` every preflight_interval s | DNS lookups, TCP connect to the master (2 s) |
 | overlay-iperf | keeps the iperf3 server running (every 2 s) | spawning iperf3 |
 | overlay-relay | ``refresh_relay`` every RELAY_INTERVAL_S: relay server as ``relay`` says | LocalAPI (bounded) |
-| overlay-rosbridge | ``refresh_rosbridge`` every ROSBRIDGE_INTERVAL_S (rosbridge_port > 0) | /proc/net/tcp, `nft list` (5 s) |
+| overlay-rosbridge | ``refresh_rosbridge`` every ROSBRIDGE_INTERVAL_S (rosbridge_port) | /proc/net/tcp, nft (5 s) |
 | overlay-ipnbus | tailscaled's IPN bus; a state or peer change wakes overlay-poll | the bus (stop() closes it) |
 | overlay-topics | ~topic_links every topic_links_interval s (pool: overlay-graph_N) | XML-RPC (XMLRPC_TIMEOUT_S) |
 | overlay-enrol | ``ensure_enrolled`` until it succeeds; sets ``m.enrol_error`` | LocalAPI, `tailscale up` (bounded) |
