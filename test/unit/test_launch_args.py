@@ -47,6 +47,17 @@ def test_required_args_are_the_intended_ones(path: Path):
     assert required == REQUIRED.get(path.name, []), f"{path.name}: required arguments {required}"
 
 
+@pytest.mark.parametrize("path", FILES, ids=[p.name for p in FILES])
+def test_empty_default_says_optional(path: Path):
+    """roslaunch's ros-args listing puts an argument whose default is "" under "Required
+    Arguments" (roslaunch/arg_dump.py: ``if not default``); its doc must say it is optional."""
+    root = ET.parse(path).getroot()
+    passed_to_include = {id(a) for inc in root.iter("include") for a in inc.iter("arg")}
+    unclear = [a.get("name") for a in root.iter("arg") if id(a) not in passed_to_include
+               and a.get("default") == "" and not (a.get("doc") or "").startswith("optional")]
+    assert not unclear, f"{path.name}: default '' listed as required by roslaunch, doc must start 'optional': {unclear}"
+
+
 def test_robot_launch_passes_rosbridge_port_to_the_node():
     """rosbridge:=true makes the node check who reaches the websocket port (~rosbridge_port)."""
     root = ET.parse(LAUNCH / "robot.launch").getroot()
