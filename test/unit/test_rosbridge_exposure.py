@@ -185,3 +185,12 @@ def test_nothing_listening_warns():
     assert d.level == WARN and "nothing listens on TCP port 9090" in d.message
     d = rosbridge_diagnostic(reading(error="cannot read /proc/net/tcp: Permission denied"), OWN)
     assert d.level == WARN and "cannot read the listening sockets" in d.message
+
+
+# ----- overlay_env --rosbridge-firewall: argument errors (no root needed) ----------------------
+def test_overlay_env_rejects_bad_firewall_args(capsys):
+    from overlay_manager.ros_env import main
+    assert main(["--rosbridge-firewall", "http"]) == 1
+    assert "give a TCP port" in capsys.readouterr().err
+    assert main(["--rosbridge-firewall", "9090", "--overlay-interface", "a b"]) == 1
+    assert "not an interface name" in capsys.readouterr().err
