@@ -69,6 +69,9 @@ class NodeSettings:
     netcheck_interval: float = field(default=60.0, metadata=_limits(le=86400))
     # s between topic-link maps (~topic_links, which machines carry ROS connections); 0 = off
     topic_links_interval: float = field(default=5.0, metadata=_limits(le=86400))
+    # TCP port of rosbridge's websocket on this machine (robot.launch rosbridge:=true passes it):
+    # /diagnostics says when it is reachable beyond loopback and the overlay; 0 = not checked
+    rosbridge_port: int = field(default=0, metadata=_limits(ge=0, le=65535))
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import replace
 from typing import Callable, Dict, FrozenSet, List, Optional, Set
 
-from . import links
+from . import firewall, links, sockets
 from .config import RobotConfig
 from .diagnose import (
     PeerDiagnostics,
@@ -32,6 +32,7 @@ from .diagnose import (
     overlay_diagnostic,
     preflight_checks,
     relay_diagnostic,
+    rosbridge_diagnostic,
     stale_diagnostic,
 )
 from .hosts import ManagedHosts
@@ -42,6 +43,7 @@ from .monitor_types import (
     Freshness,
     LinkMeasurement,
     PingOutcome,
+    PortReading,
     Reading,
     WaitResult,
 )
@@ -106,6 +108,9 @@ class OverlayMonitor:
         self._parse_cache: ParseCache = {}        # the poll thread's (peers.parse_status)
         self._decoder = StatusDecoder()           # the poll thread's (unchanged peers' JSON reused)
         self._peer_diags = PeerDiagnostics()      # the reporting thread's (diagnostics())
+        # who can reach rosbridge's port, as last read (overlay-rosbridge thread; one assignment);
+        # None = not checked (node.rosbridge_port 0) or not read yet
+        self.rosbridge: Optional[PortReading] = None
 
     # ----- status ---------------------------------------------------------------------------
     @property
@@ -204,6 +209,21 @@ class OverlayMonitor:
     def relay_diagnostic(self) -> Optional[Diagnostic]:
         """The "peer relay" entry (diagnose.relay_diagnostic); None on machines that are not relays."""
         return relay_diagnostic(self.cfg, self.relay_state)
+
+    # ----- rosbridge's websocket port ---------------------------------------------------------
+    def refresh_rosbridge(self) -> PortReading:
+        """Read who can reach node.rosbridge_port: the listening sockets (/proc/net/tcp, tcp6)
+        and, when one reaches beyond loopback, what nftables says (``nft``, bounded by
+        firewall.NFT_TIMEOUT_S). Blocks on that I/O, so only the overlay-rosbridge thread calls
+        it; the result is swapped in by one assignment."""
+        port = self.cfg.node.rosbridge_port
+        listeners, error = sockets.read_listeners()
+        mine = tuple(sockets.on_port(listeners, port))
+        restriction = None
+        if any(not x.loopback for x in mine):
+            restriction = firewall.read_restriction(port)
+        self.rosbridge = PortReading(port, mine, error, restriction)
+        return self.rosbridge
 
     # ----- peers ----------------------------------------------------------------------------
     def find(self, name: str) -> Optional[PeerState]:
@@ -372,6 +392,9 @@ class OverlayMonitor:
         relay = self.relay_diagnostic()
         if relay is not None:
             out.append(relay)
+        bridge = rosbridge_diagnostic(self.rosbridge, snap.self_peer.addresses if snap.self_peer else ())
+        if bridge is not None:
+            out.append(bridge)
         required = self.required_peers()
         out.extend(missing_required(required, snap))
         out.extend(self._peer_diags.entries(snap.peers, required, self.nat))

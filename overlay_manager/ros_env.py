@@ -6,9 +6,11 @@ prints ``export ROS_HOSTNAME=<this machine's overlay name>``, ``export
 ROS_MASTER_URI=http://<master's overlay name>:<port>``, ``unset ROS_IP``, ``export
 OVERLAY_MANAGER_HOST=<short name>``, ``export OVERLAY_MANAGER_NS=<ROS namespace of the short name>``
 (``ros_names.ros_namespace``: ``alpha-robot1`` -> ``alpha_robot1``) and, when tailscaled was
-asked (--enrol or --write-hosts), ``export OVERLAY_MANAGER_ADDRESS=<overlay IPv4 address>``.
-It needs only the config (overlay name = <hostname>.<base_domain>), so it works before the node
-runs. Options can enrol the machine, write the managed hosts block and wait for the master first.
+asked (--enrol or --write-hosts), ``export OVERLAY_MANAGER_ADDRESS=<overlay IPv4 address>``. It
+needs only the config (overlay name = <hostname>.<base_domain>), so it works before the node
+runs. Options can enrol the machine, write the managed hosts block and wait for the master first,
+and (as root) keep rosbridge's port to loopback and the overlay (``--rosbridge-firewall PORT``,
+firewall.py).
 
 ``--env-file FILE`` writes the same variables as a systemd EnvironmentFile instead (``KEY=value``
 lines, no ``export``/``unset``; systemd rejects those), replacing FILE atomically. Exit status is
@@ -31,6 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import List, Optional, Tuple
 
+from . import firewall
 from .config import ConfigError, RobotConfig, load_robot_config, require_config_file
 from .ros_names import ros_namespace
 
@@ -202,9 +205,24 @@ def main(argv: Optional[List[str]] = None) -> int:
                          "untouched when anything fails")
     ap.add_argument("--install-ca", action="store_true",
                     help="install ca_cert into the system trust store (root) and exit")
+    ap.add_argument("--rosbridge-firewall", metavar="PORT",
+                    help="(root) install the nftables table inet overlay_manager: TCP PORT (rosbridge's "
+                         "websocket) accepted on lo and the overlay interface only; 0 removes it. "
+                         "Alone: do that and exit; with other options: first, then the rest")
+    ap.add_argument("--overlay-interface", default=firewall.OVERLAY_INTERFACE, metavar="NAME",
+                    help=f"tailscaled's TUN interface for --rosbridge-firewall (default {firewall.OVERLAY_INTERFACE})")
     args = ap.parse_args(argv)
     if args.reauth and not args.enrol:
         ap.error("--reauth needs --enrol")
+    if args.rosbridge_firewall is not None:
+        try:
+            print("overlay_env: " + firewall.apply(firewall.optional_port(args.rosbridge_firewall),
+                                                   args.overlay_interface), file=sys.stderr)
+        except firewall.FirewallError as exc:
+            _err(f"--rosbridge-firewall: {exc}")
+            return 1
+        if not (args.enrol or args.write_hosts or args.wait_master or args.env_file or args.install_ca):
+            return 0
     try:
         cfg = load_robot_config(args.config)
     except ConfigError as exc:
