@@ -31,7 +31,8 @@ Wants=network-pre.target
 After=network-pre.target NetworkManager.service systemd-resolved.service
 [Service]
 EnvironmentFile=-/etc/default/tailscaled
-ExecStart=TAILSCALED --state=/var/lib/tailscale/tailscaled.state --socket=/run/tailscale/tailscaled.sock --port=${PORT} $FLAGS
+ExecStart=TAILSCALED --state=/var/lib/tailscale/tailscaled.state \\
+  --socket=/run/tailscale/tailscaled.sock --port=${PORT} $FLAGS
 ExecStopPost=TAILSCALED --cleanup
 Restart=on-failure
 RuntimeDirectory=tailscale
