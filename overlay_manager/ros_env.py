@@ -161,9 +161,10 @@ def _err(msg: str) -> None:
 
 
 def _enrol_and_write_hosts(cfg: RobotConfig, enrol: bool, write_hosts: bool, quiet: bool = False,
-                           reauth: bool = False) -> Tuple[str, str]:
-    """Enrol if asked (log in again with a new key if reauth), write the hosts block if asked;
-    returns this machine's overlay name and overlay IPv4 address (each "" when unknown)."""
+                           reauth: bool = False, relay: Optional[bool] = None) -> Tuple[str, str]:
+    """Enrol if asked (log in again with a new key if reauth), set the config's peer relay prefs
+    if relay (default: when enrolling), write the hosts block if asked; returns this machine's
+    overlay name and overlay IPv4 address (each "" when unknown)."""
     from .enrolment import ensure_enrolled
     from .hosts import entries_for, has_block, own_names, update_hosts_file
     from .peers import parse_status
@@ -173,6 +174,7 @@ def _enrol_and_write_hosts(cfg: RobotConfig, enrol: bool, write_hosts: bool, qui
         result = ensure_enrolled(api, cfg, reauth=reauth)
         if not quiet or result.action != "already-enrolled":
             print(f"overlay_env: {result.message}", file=sys.stderr)
+    if enrol if relay is None else relay:
         # the config's relay key: serve a peer relay (or stop serving one), idempotent
         from .relay import apply_relay
         relay = apply_relay(api, cfg.relay)
@@ -207,7 +209,7 @@ def write_own_names(cfg: RobotConfig) -> bool:
 def keep_in_step(cfg: RobotConfig, enrol: bool, write_hosts: bool, interval_s: float,
                  stop: threading.Event) -> None:
     """The root upkeep loop (``overlay_env --watch``): until stop is set, repeat the same steps as
-    ``overlay_env --enrol --write-hosts`` (enrol if tailscaled is not logged in, the config's
+    ``overlay_env --enrol --write-hosts`` (enrol when tailscaled reports NeedsLogin, the config's
     peer relay prefs, the managed hosts block), every interval_s seconds and whenever tailscaled's
     IPN bus reports a change (at most once per WATCH_MIN_PAUSE_S). Nothing tailscaled does ends it:
     while tailscaled is gone or restarting, the hosts block is kept and the loop waits; an
@@ -218,8 +220,9 @@ def keep_in_step(cfg: RobotConfig, enrol: bool, write_hosts: bool, interval_s: f
     watcher's, which only sets an event."""
     from .hosts import HostsError
     from .ipnbus import BusWatcher
-    from .tailscale import EnrolError, TailscaleError
+    from .tailscale import EnrolError, LocalAPI, TailscaleError
     from .workers import describe
+    api = LocalAPI(cfg.tailscale.socket)
     wake = threading.Event()
     watcher = BusWatcher(cfg.tailscale.socket, on_change=lambda _kinds: wake.set())
     watcher.start()
@@ -230,11 +233,15 @@ def keep_in_step(cfg: RobotConfig, enrol: bool, write_hosts: bool, interval_s: f
         while not stop.is_set():
             wake.clear()
             now = time.monotonic()
-            try_enrol = enrol and now >= next_enrol
             problem = ""
             try:
-                _enrol_and_write_hosts(cfg, try_enrol, write_hosts, quiet=True)
-                if try_enrol:
+                # enrol only when tailscaled says it needs a login: right after a restart it is
+                # in NoState/Starting with its login intact, and `tailscale up` then would be a
+                # needless second use of the key
+                state = api.status().get("BackendState", "")
+                try_enrol = enrol and state == "NeedsLogin" and now >= next_enrol
+                _enrol_and_write_hosts(cfg, try_enrol, write_hosts, quiet=True, relay=enrol)
+                if state == "Running":
                     enrol_problem = ""
             except EnrolError as exc:
                 enrol_problem = f"enrolment failed: {exc} (next try in {ENROL_RETRY_S:.0f} s)"
@@ -243,10 +250,10 @@ def keep_in_step(cfg: RobotConfig, enrol: bool, write_hosts: bool, interval_s: f
                 problem = str(exc)
             except Exception as exc:  # noqa: BLE001 - the upkeep must outlive whatever tailscaled answers
                 problem = f"unexpected failure: {describe(exc)}"
-            state = "; ".join(p for p in (enrol_problem, problem) if p)
-            if state != reported:
-                _err(state or "in step with tailscaled (enrolment, peer relay prefs, hosts block)")
-                reported = state
+            outcome = "; ".join(p for p in (enrol_problem, problem) if p)
+            if outcome != reported:
+                _err(outcome or "in step with tailscaled (enrolment, peer relay prefs, hosts block)")
+                reported = outcome
             stop.wait(WATCH_MIN_PAUSE_S)
             deadline = time.monotonic() + max(0.0, interval_s - WATCH_MIN_PAUSE_S)
             while not stop.is_set() and not wake.is_set() and time.monotonic() < deadline:

@@ -101,3 +101,38 @@ def test_watch_keeps_the_block_through_a_tailscaled_restart(tmp_path, capsys):
     assert not loop.is_alive(), "the loop ends when stop is set"
     err = capsys.readouterr().err
     assert "Traceback" not in err
+
+
+def test_watch_enrols_only_when_tailscaled_needs_a_login(tmp_path, capsys):
+    """Right after a restart tailscaled is in NoState with its login intact: no `tailscale up`
+    then; NeedsLogin (a fresh or logged-out tailscaled): enrol, and retry after ENROL_RETRY_S."""
+    fake = FakeTailscaled()
+    argv_log = tmp_path / "argv"
+    cli = tmp_path / "tailscale"
+    cli.write_text(f"#!/bin/sh\necho up >> {argv_log}\nexit 1\n")
+    cli.chmod(0o755)
+    key = tmp_path / "auth.key"
+    key.write_text("hskey-auth-NOT-A-REAL-KEY\n")
+    key.chmod(0o600)
+    stop = threading.Event()
+    try:
+        fake.status = dict(fake.status, BackendState="NoState", Peer={})
+        fake.prefs = {"ControlURL": "", "LoggedOut": False}
+        cfg_path, hosts = _setup(tmp_path, fake.socket_path, auth_key_file="auth.key",
+                                 tailscale={"socket": fake.socket_path, "cli": str(cli), "up_timeout": 2.0})
+        loop = threading.Thread(target=keep_in_step, args=(load_robot_config(cfg_path), True, True, 0.2, stop),
+                                daemon=True)
+        loop.start()
+        time.sleep(1.5)
+        assert not argv_log.exists(), "tailscale up was run while tailscaled was only starting"
+        assert f"{LOOPBACK} robota.fleet.internal robota".encode() in hosts.read_bytes()
+        fake.status = dict(fake.status, BackendState="NeedsLogin")
+        _wait(argv_log.exists)
+        _wait(lambda: "enrolment failed" in capsys.readouterr().err)
+        time.sleep(1.0)
+        assert argv_log.read_text().count("up") == 1, "an enrolment error is retried after ENROL_RETRY_S only"
+    finally:
+        stop.set()
+        fake.close()
+    loop.join(5)
+    assert "hskey-auth" not in capsys.readouterr().err
