@@ -183,8 +183,9 @@ def _enrol_and_write_hosts(cfg: RobotConfig, enrol: bool, write_hosts: bool, qui
     snap = parse_status(api.status())
     if write_hosts and snap.backend_state != "Running" and has_block(cfg.node.hosts_file):
         # starting or logged out: tailscaled lists no peers now; keep their names meanwhile
-        print(f"overlay_env: tailscaled is {snap.backend_state or 'not running'}: kept the managed block "
-              f"in {cfg.node.hosts_file} as it is", file=sys.stderr)
+        if not quiet:
+            print(f"overlay_env: tailscaled is {snap.backend_state or 'not running'}: kept the managed "
+                  f"block in {cfg.node.hosts_file} as it is", file=sys.stderr)
     elif write_hosts:
         # split horizon: this machine's own names -> loopback, the others -> overlay addresses
         own = own_names(snap.self_peer, cfg.fqdn, snap.peers)

@@ -346,7 +346,7 @@ def _one_restart(b: Booted, units, kind: str, down_s: float, rec, during_down=No
             "quiet_gap_s": _largest_gap([tt for tt, _ in arrivals], t["stop"] - 3.0, t["stop"]),
             "recovery_s": back, "messages": len(seqs), "lost": lost,
             "seq_restarted": bool(seqs) and min(seqs) < 10,
-            "reported": sorted({(e["level"], e["message"][:80]) for e in worst if e["level"] != level}),
+            "reported": sorted({(e["level"], e["message"][:60]) for e in worst if e["level"] != level}),
             "same_launch": b.procs[(ROBOT, BRINGUP_UNIT)].pid == launch_pid
             and b.procs[(ROBOT, BRINGUP_UNIT)].poll() is None}
 
@@ -358,7 +358,7 @@ def _print_runs(title: str, runs: List[Dict[str, object]]) -> None:
         print(f"  run {i} ({r['kind']}, tailscaled down {r['down_s']:.1f} s, LocalAPI answering "
               f"{r['answering_s']:.1f} s after its start): local topic largest gap {r['gap_s'] * 1000:.0f} ms "
               f"({r['messages']} messages, {r['lost']} lost; 3 s before the stop: {r['quiet_gap_s'] * 1000:.0f} ms), "
-              f"node recovery {rec} after tailscaled started; reported meanwhile: {r['reported'][:2]}")
+              f"node recovery {rec} after tailscaled started; reported meanwhile: {r['reported'][:4]}")
 
 
 def test_tailscaled_restarts_and_upgrade_never_stop_the_ros_stack(booted, tmp_path):
