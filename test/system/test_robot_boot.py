@@ -361,7 +361,7 @@ def _print_runs(title: str, runs: List[Dict[str, object]]) -> None:
               f"node recovery {rec} after tailscaled started; reported meanwhile: {r['reported'][:4]}")
 
 
-def test_tailscaled_restarts_and_upgrade_never_stop_the_ros_stack(booted, tmp_path):
+def test_tailscaled_restarts_and_upgrade_never_stop_the_ros_stack(booted):
     b = booted
     units = _units()
     assert unitfiles.stopped_with(units, TAILSCALED) == set(), "the shipped units propagate a tailscaled restart"
