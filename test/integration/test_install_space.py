@@ -93,7 +93,8 @@ def test_roslaunch_files_robot_launch(install):
     out = in_install(install, "roslaunch --files overlay_manager monitor.launch gui:=false")
     assert out.returncode == 0 and "monitor.launch" in out.stdout, out.stderr
     share = install / "share" / "overlay_manager" / "config"
-    for f in ("analyzers.yaml", "systemd/overlay-env.service", "systemd/overlay-manager.service",
+    for f in ("analyzers.yaml", "systemd/overlay-env.service", "systemd/overlay-upkeep.service",
+              "systemd/overlay-manager.service",
               "systemd/overlay-manager.env", "systemd/tailscaled.service.d/overlay_manager.conf"):
         assert (share / f).is_file(), f"{f} is not installed"
 

@@ -26,7 +26,8 @@ def test_environment_file_is_key_value_only():
     lines = [ln for ln in text.splitlines() if ln and not ln.startswith("#")]
     assert lines == ["ROS_HOSTNAME=robot1.fleet.internal",
                      "ROS_MASTER_URI=http://robot1.fleet.internal:11311",
-                     "OVERLAY_MANAGER_HOST=robot1", "OVERLAY_MANAGER_NS=robot1"]
+                     "OVERLAY_MANAGER_HOST=robot1", "OVERLAY_MANAGER_NS=robot1",
+                     "OVERLAY_MANAGER_MASTER_LOCAL=true"]
     assert "export" not in text and "unset" not in text
 
 

@@ -18,7 +18,8 @@ def test_compute_env_from_config_and_from_tailscaled_name():
     assert env.shell() == ("export ROS_HOSTNAME=robot1.fleet.internal\n"
                            "export ROS_MASTER_URI=http://robot1.fleet.internal:11311\nunset ROS_IP\n"
                            "export OVERLAY_MANAGER_HOST=robot1\n"
-                           "export OVERLAY_MANAGER_NS=robot1\n")
+                           "export OVERLAY_MANAGER_NS=robot1\n"
+                           "export OVERLAY_MANAGER_MASTER_LOCAL=true\n")
 
 
 def test_hyphenated_host_gets_a_ros_legal_namespace_and_keeps_its_name():
