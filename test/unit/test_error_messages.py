@@ -66,7 +66,8 @@ TYPED: List[Tuple[str, Callable[[], T.TailscaleError], Tuple[str, ...]]] = [
      ("malformed", "tailscale version", "restart tailscaled")),
     ("broken", lambda: T.LocalAPIProtocolError("/run/ts.sock", "/localapi/v0/status", "BadStatusLine: x\ny"),
      ("broken answer", "tailscale.socket")),
-    ("enrol error", lambda: T.EnrolError("cause\nline two", "do this and that"), ("cause line two", "do this and that")),
+    ("enrol error", lambda: T.EnrolError("cause\nline two", "do this and that"),
+     ("cause line two", "do this and that")),
 ]
 
 
