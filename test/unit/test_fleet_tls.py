@@ -227,3 +227,18 @@ def test_cli_init_prints_the_warning_and_renew_cert_runs(tmp_path: Path) -> None
                          capture_output=True, text=True)
     assert res.returncode == 0 and "re-issued from the fleet CA (asked)" in res.stdout, res.stdout + res.stderr
     assert Deployment.open(tmp_path / "hs").ca_cert == (tmp_path / "hs" / "tls" / "ca.crt").resolve()
+
+
+def test_a_new_ca_as_docs_fleet_md_says(tmp_path: Path) -> None:
+    """docs/fleet.md "A new CA": move tls/ aside and rerun init: a new CA and a server
+    certificate from it, the rest of the deployment unchanged."""
+    fleet = load_fleet(write_fleet(tmp_path, {}))
+    dep = init_deployment(fleet, tmp_path / "hs", HEADSCALE)
+    config = (dep.root / "config.yaml").read_bytes()
+    old_ca = (dep.root / "tls" / "ca.crt").read_bytes()
+    (dep.root / "tls").rename(tmp_path / "tls.old")
+    init_deployment(fleet, dep.root, HEADSCALE)
+    t = dep.root / "tls"
+    assert (t / "ca.crt").read_bytes() != old_ca and verify(t / "ca.crt", t / "server.crt")
+    assert not verify(tmp_path / "tls.old" / "ca.crt", t / "server.crt")
+    assert (dep.root / "config.yaml").read_bytes() == config
