@@ -387,7 +387,7 @@ def up_failure_fix(kind: str, request: EnrolRequest, key_file: str = "", config:
                 f"install the CA with `sudo rosrun overlay_manager overlay_env{config_opt} --install-ca`, "
                 "then restart tailscaled")
     if kind == ENROL_UNREACHABLE:
-        return (f"check that {request.login_server} answers from this machine (`curl -sS "
+        return (f"check that {request.login_server} answers from this machine (`curl -sSk "
                 f"{request.login_server.rstrip('/')}/health`; routes, firewall, DNS) and that "
                 "headscale runs (`fleet status` on the server)")
     if kind == ENROL_TAGS:

@@ -115,7 +115,7 @@ UP_FAILURES = [
     ("x509", 'Post "https://hs.example:8443/key": tls: failed to verify certificate:\nx509: certificate '
      'signed by unknown authority\n', T.ENROL_CERTIFICATE, ("does not trust", "SSL_CERT_FILE", "--install-ca")),
     ("unreachable", "dial tcp 10.99.0.2:8443: connect: connection refused\n", T.ENROL_UNREACHABLE,
-     ("did not answer", "curl -sS https://hs.example:8443/health")),
+     ("did not answer", "curl -sSk https://hs.example:8443/health")),
     ("tags", "requested tags [tag:robot] are invalid or not permitted\n", T.ENROL_TAGS, ("--advertise-tags",)),
     ("other", "something odd\nhappened\n", T.ENROL_OTHER, ("something odd happened", "journalctl")),
 ]
