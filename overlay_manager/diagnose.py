@@ -70,6 +70,11 @@ def preflight_checks(cfg: RobotConfig, env: Mapping[str, str], want: RosEnv, own
     return checks
 
 
+MALFORMED_FIX = ("check that tailscaled is a supported version (`tailscale version`; tested with "
+                 "1.102) and restart it (systemctl restart tailscaled)")
+"""What to do when tailscaled's status has fields of the wrong type or out of range."""
+
+
 def stale_diagnostic(snap: Optional[Snapshot], fresh: Freshness, login_server: str) -> Diagnostic:
     """The one entry while tailscaled cannot be read (nothing per peer is known then)."""
     age = "never" if math.isnan(fresh.age_s) else f"{fresh.age_s:.1f}"
@@ -100,9 +105,15 @@ def overlay_diagnostic(snap: Snapshot, cfg: RobotConfig, env: RosEnv, nat: NatIn
     failing = [c for c in checks if not c.ok]
     for c in checks:
         values.append((f"preflight {c.name}", c.message + (f" -- {c.hint}" if c.hint and not c.ok else "")))
+    for m in snap.malformed:
+        values.append(("malformed", m))
     if enrol_error:
         values.append(("enrol_error", enrol_error))
         level, msg = ERROR, f"enrolment failed: {enrol_error}"
+    elif snap.malformed:
+        # not "control server unreachable" or "not enrolled": what tailscaled said cannot be read
+        level = WARN if snap.backend_state == "Running" else ERROR
+        msg = f"tailscaled's status answer is malformed ({snap.malformed[0]}) -- fix: {MALFORMED_FIX}"
     elif snap.backend_state != "Running":
         level, msg = ERROR, f"not enrolled: tailscaled state is {snap.backend_state or 'unknown'}"
     elif not snap.control_reachable:

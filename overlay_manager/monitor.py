@@ -27,6 +27,7 @@ from typing import Callable, Dict, FrozenSet, List, Optional, Set
 from . import firewall, links, sockets
 from .config import RobotConfig
 from .diagnose import (
+    MALFORMED_FIX,
     PeerDiagnostics,
     missing_required,
     overlay_diagnostic,
@@ -111,6 +112,8 @@ class OverlayMonitor:
         # who can reach rosbridge's port, as last read (overlay-rosbridge thread; one assignment);
         # None = not checked (node.rosbridge_port 0) or not read yet
         self.rosbridge: Optional[PortReading] = None
+        self._malformed_seen: Set[str] = set()    # the poll thread's: malformed notes in the last read
+        self._warnings: List[str] = []            # the poll thread's: lines for take_warnings()
 
     # ----- status ---------------------------------------------------------------------------
     @property
@@ -140,6 +143,7 @@ class OverlayMonitor:
             return self._failed(old, f"unusable status from tailscaled: {describe(exc)}", False)
         finally:
             self._poll_started = None
+        self._note_malformed(snap)
         changes = path_changes(old.snapshot, snap)
         with self._lock:
             for ev in changes:
@@ -150,6 +154,25 @@ class OverlayMonitor:
         if self.cfg.node.manage_hosts:
             self._update_hosts(snap)
         return changes
+
+    def _note_malformed(self, snap: Snapshot) -> None:
+        """Queue one WARN line per malformed field that was not malformed in the last read
+        (naming the peer and the field): the values were clamped or taken as unknown, and
+        nobody would know tailscaled sends nonsense. Poll thread only."""
+        notes = [f"tailscaled's status: {m}" for m in snap.malformed]
+        for p in snap.peers:
+            notes.extend(f"peer {p.name or p.node_id or '?'}: tailscaled sent {m}" for m in p.malformed)
+        current = set(notes)
+        for n in notes:
+            if n not in self._malformed_seen:
+                self._warnings.append(f"overlay_manager: {n} -- fix: {MALFORMED_FIX}")
+        self._malformed_seen = current
+
+    def take_warnings(self) -> List[str]:
+        """WARN lines queued by the last polls (malformed fields from tailscaled), then none
+        until new ones come. Poll thread only (the node logs them after poll())."""
+        out, self._warnings = self._warnings, []
+        return out
 
     def _failed(self, old: Reading, error: str, gone: bool) -> List[PathChangeEvent]:
         """Swap in a failed reading: the last peers, blinded; returns their path changes."""

@@ -214,6 +214,8 @@ class OverlayNode:
         """overlay-poll: read tailscaled, queue path changes and log lines, wake the reporter."""
         self._pace_poll()
         changes = self.m.poll()
+        for line in self.m.take_warnings():
+            self.log(WARN, line)
         if changes:
             now = rospy.Time.now()
             for ev in changes:
@@ -263,6 +265,7 @@ class OverlayNode:
             msg.peer, msg.dns_name = ev.peer.name, ev.peer.dns_name
             msg.old_path, msg.new_path = ev.old_path, ev.new_path
             msg.endpoint, msg.relay_region = ev.peer.endpoint, ev.peer.relay_region
+            msg.relay_vni = ev.peer.relay_vni
             self._publish(self.pub_changes, msg, "~path_changes")
         connected = self.bus.connected
         if self._bus_was_connected and not connected:
