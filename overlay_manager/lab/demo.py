@@ -26,6 +26,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
+from ..ros_names import overlay_node
 from ..stats import percentile, summary
 from . import robots
 from .core import REPO_ROOT, Lab, missing_prerequisites
@@ -38,8 +39,8 @@ TICK_S = 2.0
 
 
 def node(host: str) -> str:
-    """The overlay node's name on ``host`` (robot.launch's namespace)."""
-    return f"/{host}/overlay_manager"
+    """The overlay node's name on ``host`` (robot.launch's namespace: ros_names.overlay_node)."""
+    return overlay_node(host)
 
 
 class PathSeen:

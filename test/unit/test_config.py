@@ -35,6 +35,7 @@ def test_example_loads_with_every_key():
     (lambda d: d.pop("hostname"), "hostname", "missing"),
     (lambda d: d.update(colour="red"), "colour", "unknown key"),
     (lambda d: d.update(hostname="Robot_1"), "hostname", "DNS label"),
+    (lambda d: d.update(hostname="Alpha-Robot1"), "hostname", "lower case: 'alpha-robot1'"),
     (lambda d: d.update(master_port="11311"), "master_port", "integer"),
     (lambda d: d.update(login_server="hs.example"), "login_server", "URL"),
     (lambda d: d.update(tags=["robot"]), "tags[0]", "ACL tag"),
