@@ -32,7 +32,7 @@ from . import robots
 from .core import REPO_ROOT, Lab, missing_prerequisites
 from .errors import LabError
 
-ROBOT, LAPTOP = "robot1", "laptop"
+ROBOT, LAPTOP = "alpha-robot1", "alpha-laptop"
 CAMERA = "/camera/image_raw"
 DECODED = "/camera/image_decoded"  # the link-aware <CAMERA>/compressed, decoded on the laptop
 TICK_S = 2.0

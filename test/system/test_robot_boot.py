@@ -21,12 +21,13 @@ from typing import Dict
 import pytest
 import yaml
 
+from overlay_manager.ros_names import overlay_node, ros_namespace
 from overlay_manager.lab import robots
 
 REPO = Path(__file__).resolve().parents[2]
 UNITS = REPO / "config" / "systemd"
 TWO_BUILDINGS = REPO / "config" / "lab" / "two_buildings.yaml"
-ROBOT, LAPTOP = "robot1", "laptop"
+ROBOT, LAPTOP = "alpha-robot1", "alpha-laptop"
 RUN_ENV = "/run/overlay_manager/ros.env"
 
 
@@ -77,9 +78,9 @@ def booted(lab_factory):
                 res = run_overlay_env_unit(lab, host, Path(lab.robot_yaml(host)), files[host])
                 assert res.returncode == 0, f"overlay-env on {host}: {res.stderr}"
             procs.append(start_overlay_manager_unit(lab, ROBOT, files[ROBOT]))
-            robots.peers(lab, ROBOT, timeout=90, node=f"/{ROBOT}/overlay_manager")
+            robots.peers(lab, ROBOT, timeout=90, node=overlay_node(ROBOT))
             procs.append(start_overlay_manager_unit(lab, LAPTOP, files[LAPTOP]))
-            robots.peers(lab, LAPTOP, min_peers=1, timeout=120, node=f"/{LAPTOP}/overlay_manager")
+            robots.peers(lab, LAPTOP, min_peers=1, timeout=120, node=overlay_node(LAPTOP))
             yield lab, files
     finally:
         lab.down()  # now, not at session end
@@ -91,17 +92,17 @@ def test_environment_file_has_overlay_names_and_address(booted):
         env = environment_file(files[host])
         assert env == {"ROS_HOSTNAME": f"{host}.fleet.internal",
                        "ROS_MASTER_URI": f"http://{ROBOT}.fleet.internal:11311",
-                       "OVERLAY_MANAGER_HOST": host,
+                       "OVERLAY_MANAGER_HOST": host, "OVERLAY_MANAGER_NS": ros_namespace(host),
                        "OVERLAY_MANAGER_ADDRESS": lab.overlay_ip(host)}, files[host].read_text()
         assert "export" not in files[host].read_text() and "unset" not in files[host].read_text()
 
 
 def test_nodes_started_by_the_unit_see_each_other_on_overlay_names(booted):
     lab, _ = booted
-    msg = robots.peers(lab, LAPTOP, min_peers=1, node=f"/{LAPTOP}/overlay_manager")
+    msg = robots.peers(lab, LAPTOP, min_peers=1, node=overlay_node(LAPTOP))
     assert msg["self_peer"]["dns_name"] == f"{LAPTOP}.fleet.internal"
     assert [p["name"] for p in msg["peers"]] == [ROBOT]
-    env = robots.call(lab, LAPTOP, f"/{LAPTOP}/overlay_manager/get_ros_env", "overlay_manager/GetRosEnv")
+    env = robots.call(lab, LAPTOP, f"{overlay_node(LAPTOP)}/get_ros_env", "overlay_manager/GetRosEnv")
     assert env["ok"] and env["ros_hostname"] == f"{LAPTOP}.fleet.internal"
     assert env["ros_master_uri"] == f"http://{ROBOT}.fleet.internal:11311"
 
