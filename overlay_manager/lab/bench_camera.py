@@ -38,6 +38,7 @@ import time
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
+from ..ros_names import overlay_node
 from . import robots, system
 from .bench_report import replot, write_report
 from .core import Lab

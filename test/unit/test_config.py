@@ -24,8 +24,8 @@ def _base():
 
 def test_example_loads_with_every_key():
     cfg = load_robot_config(EXAMPLE)
-    assert cfg.fqdn == "robot1.fleet.internal"
-    assert cfg.master_fqdn == "robot1.fleet.internal"
+    assert cfg.fqdn == "alpha-robot1.fleet.internal"
+    assert cfg.master_fqdn == "alpha-robot1.fleet.internal"
     assert cfg.auth_key_file == os.path.normpath(os.path.join(os.path.dirname(EXAMPLE), "auth.key"))
     assert cfg.tags == ("tag:team-alpha", "tag:robot")
     assert cfg.node.poll_rate == 4.0 and cfg.tailscale.up_timeout == 30.0
