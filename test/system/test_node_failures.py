@@ -22,9 +22,9 @@ from pathlib import Path
 
 import pytest
 
-from overlay_manager.ros_names import overlay_node
 from overlay_manager import waiting
 from overlay_manager.lab import robots
+from overlay_manager.ros_names import overlay_node
 
 ROBOT, LAPTOP = "alpha-robot1", "alpha-laptop"
 NODE = overlay_node(LAPTOP)

@@ -21,8 +21,8 @@ from typing import Dict
 import pytest
 import yaml
 
-from overlay_manager.ros_names import overlay_node, ros_namespace
 from overlay_manager.lab import robots
+from overlay_manager.ros_names import overlay_node, ros_namespace
 
 REPO = Path(__file__).resolve().parents[2]
 UNITS = REPO / "config" / "systemd"

@@ -32,10 +32,10 @@ import time
 from pathlib import Path
 from typing import List, Tuple
 
-from overlay_manager.ros_names import overlay_node
 from overlay_manager import waiting
 from overlay_manager.hosts import LOOPBACK
 from overlay_manager.lab import robots
+from overlay_manager.ros_names import overlay_node
 
 ROBOT, LAPTOP = "alpha-robot1", "alpha-laptop"
 TOPIC = "/split_horizon"
