@@ -17,7 +17,6 @@ from .model import ROLES, Host, Team
 _LABEL_HINT = "not a valid DNS label: use a-z, 0-9 and '-', 1 to 63 characters, not starting or ending with '-'"
 
 
-
 def _host_entry(r: Reader, raw: Any, key: str) -> Tuple[str, int]:
     """(name, master_port) from a host entry: "name" or {name: ..., master_port: ...}."""
     if isinstance(raw, str):
