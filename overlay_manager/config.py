@@ -18,6 +18,7 @@ from .validation import (
     Reader,
     is_domain,
     load_yaml,
+    lower_case_hint,
     require_file,
     shorten,
     type_name,
@@ -154,7 +155,8 @@ def parse_robot_config(raw: Any, source: str, base_dir: Optional[str] = None) ->
             raise r.error(key, "missing (required)")
     hostname = r.string(data["hostname"], "hostname")
     if not DNS_LABEL.match(hostname):
-        raise r.error("hostname", f"{shorten(hostname)} is not a DNS label (lowercase a-z, 0-9, '-', at most 63)")
+        raise r.error("hostname", f"{shorten(hostname)} is not a DNS label (lowercase a-z, 0-9, '-', at most 63)"
+                      + lower_case_hint(hostname))
     login = r.url(data["login_server"], "login_server")
     base_domain = r.domain(data["base_domain"], "base_domain", min_labels=1)
     master = r.string(data["master"], "master").rstrip(".")

@@ -38,6 +38,7 @@ import time
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
+from ..ros_names import overlay_node
 from . import robots, system
 from .bench_report import replot, write_report
 from .core import Lab
@@ -57,7 +58,7 @@ SPEC: Dict[str, Any] = {
     "relays": {"relay1": {"port": 40000}},
 }
 ROBOT, LAPTOP, RELAY, B1 = "robot1", "laptop", "relay1", "b1"
-N_ROBOT, N_LAPTOP = f"/{ROBOT}/overlay_manager", f"/{LAPTOP}/overlay_manager"
+N_ROBOT, N_LAPTOP = overlay_node(ROBOT), overlay_node(LAPTOP)
 RAW = "/camera/image_raw"
 OUT = RAW + "/compressed"
 RAW_FRAME_BYTES = 640 * 480 * 3

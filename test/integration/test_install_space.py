@@ -83,7 +83,7 @@ def test_overlay_env_help_and_env_file(install):
     assert out.returncode == 0 and "--env-file" in out.stdout, out.stdout + out.stderr
     example = install / "share" / "overlay_manager" / "config" / "robot.example.yaml"
     out = in_install(install, f"rosrun overlay_manager overlay_env --config {example}")
-    assert out.returncode == 0 and "export ROS_HOSTNAME=robot1.fleet.internal" in out.stdout, out.stderr
+    assert out.returncode == 0 and "export ROS_HOSTNAME=alpha-robot1.fleet.internal" in out.stdout, out.stderr
 
 
 def test_roslaunch_files_robot_launch(install):

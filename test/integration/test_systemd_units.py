@@ -163,7 +163,7 @@ def test_overlay_env_unit_command(tmp_path, config, ok):
                           timeout=60)
     if ok:
         assert proc.returncode == 0, proc.stderr
-        assert "ROS_MASTER_URI=http://robot1.fleet.internal:11311\n" in target.read_text()
+        assert "ROS_MASTER_URI=http://alpha-robot1.fleet.internal:11311\n" in target.read_text()
     else:
         assert proc.returncode == 2 and "nonexistent/robot.yaml" in proc.stderr
         assert not target.exists()

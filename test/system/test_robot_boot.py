@@ -51,12 +51,13 @@ import yaml
 from overlay_manager import waiting
 from overlay_manager.lab import robots
 from overlay_manager.lab import units as unitfiles
+from overlay_manager.ros_names import overlay_node, ros_namespace
 
 REPO = Path(__file__).resolve().parents[2]
 UNITS = REPO / "config" / "systemd"
 TWO_BUILDINGS = REPO / "config" / "lab" / "two_buildings.yaml"
 BRINGUP_LAUNCH = Path(__file__).resolve().parent / "boot_bringup.launch"
-ROBOT, LAPTOP = "robot1", "laptop"
+ROBOT, LAPTOP = "alpha-robot1", "alpha-laptop"
 RUN_ENV = "/run/overlay_manager/ros.env"
 ENV_UNIT, UPKEEP_UNIT, BRINGUP_UNIT, TAILSCALED = ("overlay-env.service", "overlay-upkeep.service",
                                                    "overlay-manager.service", "tailscaled.service")
@@ -201,8 +202,8 @@ def booted(lab_factory):
             b.laptop_waited = b.procs[(LAPTOP, BRINGUP_UNIT)].poll() is None
             b.start_robot_bringup()
             procs.append(b.procs[(ROBOT, BRINGUP_UNIT)])
-            robots.peers(lab, ROBOT, timeout=90, node=f"/{ROBOT}/overlay_manager")
-            robots.peers(lab, LAPTOP, min_peers=1, timeout=120, node=f"/{LAPTOP}/overlay_manager")
+            robots.peers(lab, ROBOT, timeout=90, node=overlay_node(ROBOT))
+            robots.peers(lab, LAPTOP, min_peers=1, timeout=120, node=overlay_node(LAPTOP))
             yield b
     finally:
         lab.down()  # now, not at session end
@@ -214,7 +215,7 @@ def test_environment_file_has_overlay_names_and_address(booted):
         env = unitfiles.read_environment_file(booted.files[host])
         assert env == {"ROS_HOSTNAME": f"{host}.fleet.internal",
                        "ROS_MASTER_URI": f"http://{ROBOT}.fleet.internal:11311",
-                       "OVERLAY_MANAGER_HOST": host, "OVERLAY_MANAGER_NS": host,
+                       "OVERLAY_MANAGER_HOST": host, "OVERLAY_MANAGER_NS": ros_namespace(host),
                        "OVERLAY_MANAGER_ADDRESS": lab.overlay_ip(host),
                        "OVERLAY_MANAGER_MASTER_LOCAL": "true" if host == ROBOT else "false"}, \
             booted.files[host].read_text()
@@ -230,10 +231,10 @@ def test_remote_master_bringup_waited_then_started(booted):
 
 def test_nodes_started_by_the_unit_see_each_other_unprivileged(booted):
     lab = booted.lab
-    msg = robots.peers(lab, LAPTOP, min_peers=1, node=f"/{LAPTOP}/overlay_manager")
+    msg = robots.peers(lab, LAPTOP, min_peers=1, node=overlay_node(LAPTOP))
     assert msg["self_peer"]["dns_name"] == f"{LAPTOP}.fleet.internal"
     assert [p["name"] for p in msg["peers"]] == [ROBOT]
-    env = robots.call(lab, LAPTOP, f"/{LAPTOP}/overlay_manager/get_ros_env", "overlay_manager/GetRosEnv")
+    env = robots.call(lab, LAPTOP, f"{overlay_node(LAPTOP)}/get_ros_env", "overlay_manager/GetRosEnv")
     assert env["ok"] and env["ros_hostname"] == f"{LAPTOP}.fleet.internal"
     assert env["ros_master_uri"] == f"http://{ROBOT}.fleet.internal:11311"
     # every process of the bringup runs as nobody; the root upkeep keeps the hosts blocks
@@ -318,7 +319,7 @@ def _recovery(rec, baseline_level: int, t_stop: float, t_start: float) -> Tuple[
 
 
 def _one_restart(b: Booted, units, kind: str, down_s: float, rec, during_down=None) -> Dict[str, object]:
-    node = f"/{ROBOT}/overlay_manager"
+    node = overlay_node(ROBOT)
     rec.read()
     level = [e for e in rec.events if e["ev"] == "diag"][-1]["level"]
     launch_pid = b.procs[(ROBOT, BRINGUP_UNIT)].pid
@@ -365,7 +366,7 @@ def test_tailscaled_restarts_and_upgrade_never_stop_the_ros_stack(booted):
     b = booted
     units = _units()
     assert unitfiles.stopped_with(units, TAILSCALED) == set(), "the shipped units propagate a tailscaled restart"
-    rec = robots.Recorder(b.lab, ROBOT, nodes=[f"/{ROBOT}/overlay_manager"], name="boot_record")
+    rec = robots.Recorder(b.lab, ROBOT, nodes=[overlay_node(ROBOT)], name="boot_record")
     offline_env = Path(b.lab.host_dir(ROBOT)) / "run" / "offline.env"
     offline: Dict[str, object] = {}
 
