@@ -1,10 +1,11 @@
-// Decoder nodelet: sensor_msgs/CompressedImage (compressed_image_transport's format, e.g. from the
-// link-aware encoder) back to a raw sensor_msgs/Image, for machines without the compressed
-// image_transport plugin (image_view, tests, any raw subscriber).
+// Decoder nodelet: sensor_msgs/CompressedImage (compressed_image_transport's format, e.g. the
+// link-aware stream) back to a raw sensor_msgs/Image, for viewers and machines without the
+// image_transport plugins (any raw subscriber, web bridges).
 //
 // Topics (relative to the nodelet's namespace), named like image_transport's republish:
-//   in/compressed  in   sensor_msgs/CompressedImage, subscribed only while `out` has subscribers
-//   out            out  sensor_msgs/Image in the raw encoding named by the format (rgb8 stays rgb8)
+//   in/<transport>  in   sensor_msgs/CompressedImage, subscribed only while `out` has subscribers
+//   out             out  sensor_msgs/Image in the raw encoding named by the format (rgb8 stays rgb8)
+// Parameter ~transport: compressed (default) or link_aware.
 //
 // Threads: connect callbacks and frames both run on the nodelet's single-threaded queue; the
 // decoder's libturbojpeg handle is used from that thread only.
@@ -17,6 +18,7 @@
 #include <sensor_msgs/Image.h>
 
 #include <mutex>
+#include <stdexcept>
 
 namespace overlay_manager
 {
@@ -27,7 +29,13 @@ private:
   void onInit() override
   {
     ros::NodeHandle& nh = getNodeHandle();
-    in_topic_ = nh.resolveName("in") + "/compressed";
+    const std::string transport = getPrivateNodeHandle().param<std::string>("transport", "compressed");
+    if (transport != "compressed" && transport != "link_aware")
+    {
+      NODELET_FATAL("~transport: '%s' is not compressed or link_aware", transport.c_str());
+      throw std::invalid_argument("~transport must be compressed or link_aware, got '" + transport + "'");
+    }
+    in_topic_ = nh.resolveName("in") + "/" + transport;
     ros::SubscriberStatusCallback cb = boost::bind(&CompressedDecoder::onConnection, this);
     std::lock_guard<std::mutex> lock(mutex_);
     pub_ = nh.advertise<sensor_msgs::Image>("out", 1, cb, cb);
