@@ -10,22 +10,27 @@
 //   image/compressed              out  the same messages, for viewers with only the stock compressed
 //                                      transport; only while no other node advertises the topic (~compressed)
 //   image/link_aware/stream_state out  overlay_manager/StreamState (latched), decisions per subscriber
+//   image/link_aware_h264         out  H.264, one Annex B access unit per sensor_msgs/CompressedImage
+//                                      (format "h264"), bitrate from the same budgets (~h264, default true)
+//   image/link_aware_h264/stream_state  its decisions
 //
 // One publisher per topic: before advertising an output, and every ~check_period while running, it
 // asks the master who else publishes it; when another node does (a camera driver using image_transport
 // advertises image/compressed, and image/link_aware when this package is installed), it stops its own
 // publisher on that topic for good, with one WARN naming the other node.
 //
-// Parameters (private): compressed (bool, true), check_period (s, 5), and the stream's
+// Parameters (private): compressed (bool, true), h264 (bool, true), check_period (s, 5), and the streams'
 // (readStreamOptions: format, png_level, max_rate, min_rate, max_quality, min_quality,
-// budget_kbps_<path>, adapt_to_delivery, max_backlog_ms, state_period, peers_topic).
+// budget_kbps_<path>, adapt_to_delivery, max_backlog_ms, state_period, peers_topic; h264: gop,
+// max_video_kbps, min_video_kbps, video_share).
 //
 // Threads and locks
 //   * frame thread (the nodelet's single-threaded queue): image callback and the outputs'
 //     connect/disconnect callbacks (both only update memory; see LinkAwareStream). Takes
 //     outputs_mutex_ only to copy publisher handles; encodes and publishes without a lock.
-//   * the stream's control thread: the hook below (raw (un)subscribe, the master check of the
-//     outputs), all blocking calls without outputs_mutex_.
+//   * the streams' control threads (one per stream): the hook below (raw (un)subscribe, the master
+//     check of the outputs) under control_mutex_ (which frames never take), all blocking calls
+//     without outputs_mutex_.
 #include "overlay_manager/link_aware_stream.h"
 #include "overlay_manager/ros_graph.h"
 
@@ -48,26 +53,30 @@ class LinkAwareEncoder : public nodelet::Nodelet
 public:
   ~LinkAwareEncoder() override
   {
-    stream_.reset();  // joins the control thread before the outputs its hook uses go away
+    // join the control threads before the outputs their hook uses go away
+    h264_stream_.reset();
+    jpeg_stream_.reset();
   }
 
 private:
-  /// One output topic of the stream.
+  /// One output topic.
   struct Output
   {
     std::string topic;
-    ros::Publisher pub;      ///< empty when not advertised (yielded to another node)
-    bool yielded = false;    ///< another node publishes the topic: never advertised again
+    LinkAwareStream* stream = nullptr;  ///< the stream it carries
+    ros::Publisher pub;                 ///< empty when not advertised (yielded to another node)
+    bool yielded = false;               ///< another node publishes the topic: never advertised again
   };
 
   void onInit() override
   {
     ros::NodeHandle& nh = getNodeHandle();
     ros::NodeHandle& pnh = getPrivateNodeHandle();
-    StreamOptions options;
+    StreamOptions jpeg_options, h264_options;
     try
     {
-      options = readStreamOptions(pnh);
+      jpeg_options = readStreamOptions(pnh);
+      h264_options = readStreamOptions(pnh, "h264");
     }
     catch (const ParamError& e)
     {
@@ -76,40 +85,59 @@ private:
     }
     check_period_ = pnh.param("check_period", 5.0);
     in_topic_ = nh.resolveName("image");
-    outputs_.resize(pnh.param("compressed", true) ? 2 : 1);
-    outputs_[0].topic = in_topic_ + "/link_aware";
-    if (outputs_.size() > 1)
-      outputs_[1].topic = in_topic_ + "/compressed";
-
+    const std::string main_topic = in_topic_ + "/link_aware";
     {
       std::map<std::string, std::vector<std::string>> pubs;
       if (topicPublishers(&pubs))
-        for (const std::string& n : pubs[outputs_[0].topic])
+        for (const std::string& n : pubs[main_topic])
           if (n != ros::this_node::getName())
           {
             NODELET_WARN("%s is served by %s (a camera driver with the link_aware image_transport plugin): this "
                          "republisher does not start (no outputs, no raw input) and is not needed for that camera",
-                         outputs_[0].topic.c_str(), n.c_str());
+                         main_topic.c_str(), n.c_str());
             stepped_aside_ = true;
             return;
           }
     }
-    stream_.reset(new LinkAwareStream(nh, outputs_[0].topic, in_topic_, options));
-    std::vector<std::string> others;
-    for (size_t i = 1; i < outputs_.size(); ++i)
-      others.push_back(outputs_[i].topic);
-    stream_->setOtherTopics(others);
-    checkOutputs();  // before the first advertise: never a second publisher, not even for a moment
-    stream_->setControlHook([this] { onControl(); });
-    stream_->start();
-    NODELET_INFO("link-aware %s: %s -> %s%s", options.format.c_str(), in_topic_.c_str(), outputs_[0].topic.c_str(),
-                 outputs_.size() > 1 ? (" and " + outputs_[1].topic).c_str() : "");
+    jpeg_stream_.reset(new LinkAwareStream(nh, main_topic, in_topic_, jpeg_options));
+    outputs_.push_back(Output());
+    outputs_.back().topic = main_topic;
+    outputs_.back().stream = jpeg_stream_.get();
+    if (pnh.param("h264", true))
+    {
+      h264_stream_.reset(new LinkAwareStream(nh, in_topic_ + "/link_aware_h264", in_topic_, h264_options));
+      outputs_.push_back(Output());
+      outputs_.back().topic = h264_stream_->topic();
+      outputs_.back().stream = h264_stream_.get();
+    }
+    if (pnh.param("compressed", true))
+    {
+      outputs_.push_back(Output());
+      outputs_.back().topic = in_topic_ + "/compressed";
+      outputs_.back().stream = jpeg_stream_.get();
+      jpeg_stream_->setOtherTopics({outputs_.back().topic});
+    }
+    {
+      std::lock_guard<std::mutex> lock(control_mutex_);
+      checkOutputs();  // before the first advertise: never a second publisher, not even for a moment
+    }
+    for (LinkAwareStream* s : {jpeg_stream_.get(), h264_stream_.get()})
+      if (s)
+      {
+        s->setControlHook([this] { onControl(); });
+        s->start();
+      }
+    std::string topics;
+    for (const Output& o : outputs_)
+      topics += " " + o.topic;
+    NODELET_INFO("link-aware %s: %s ->%s", jpeg_options.format.c_str(), in_topic_.c_str(), topics.c_str());
   }
 
-  // ---- control thread (and onInit) ----------------------------------------------------------
+  // ---- control threads (and onInit) ---------------------------------------------------------
 
   void onControl()
   {
+    std::lock_guard<std::mutex> lock(control_mutex_);
     if (!stepped_aside_ && ros::WallTime::now() >= next_check_)
       checkOutputs();
     updateInput();
@@ -118,7 +146,7 @@ private:
   /// Advertises the outputs no other node publishes; stops (for good) the ones another node
   /// publishes too, with one WARN each. When another node serves <image>/link_aware (a camera driver
   /// with this package's image_transport plugin), the whole republisher steps aside: outputs,
-  /// stream_state and raw input. Master calls: no lock held. Control thread (or onInit).
+  /// stream_state and raw input. Master calls: no lock frames need is held.
   void checkOutputs()
   {
     next_check_ = ros::WallTime::now() + ros::WallDuration(check_period_);
@@ -152,7 +180,9 @@ private:
         stepped_aside_ = true;
         for (Output& each : outputs_)
           unadvertise(each);
-        stream_->stop();
+        for (LinkAwareStream* s : {jpeg_stream_.get(), h264_stream_.get()})
+          if (s)
+            s->stop();
         return;
       }
       const bool had = unadvertise(o);
@@ -160,23 +190,28 @@ private:
                    "image_transport serves it itself; link-aware viewers use %s)",
                    o.topic.c_str(), other.c_str(), had ? "stopped publishing it" : "not publishing it",
                    outputs_[0].topic.c_str());
-      std::vector<std::string> rest;
-      for (size_t j = 1; j < outputs_.size(); ++j)
-        if (!outputs_[j].yielded)
-          rest.push_back(outputs_[j].topic);
-      stream_->setOtherTopics(rest);
+      if (o.stream == h264_stream_.get())
+        h264_stream_->stop();
+      else
+        jpeg_stream_->setOtherTopics({});
     }
   }
 
   void advertise(Output& o)
   {
-    ros::SubscriberStatusCallback on_connect = [this](const ros::SingleSubscriberPublisher& ssp) {
-      stream_->subscriberConnected(ssp.getSubscriberName());
+    LinkAwareStream* stream = o.stream;
+    ros::SubscriberStatusCallback on_connect = [stream](const ros::SingleSubscriberPublisher& ssp) {
+      stream->subscriberConnected(ssp.getSubscriberName());
     };
-    ros::SubscriberStatusCallback on_disconnect = [this](const ros::SingleSubscriberPublisher& ssp) {
-      stream_->subscriberDisconnected(ssp.getSubscriberName());
+    ros::SubscriberStatusCallback on_disconnect = [stream](const ros::SingleSubscriberPublisher& ssp) {
+      stream->subscriberDisconnected(ssp.getSubscriberName());
     };
-    ros::Publisher pub = getNodeHandle().advertise<sensor_msgs::CompressedImage>(o.topic, 1, on_connect, on_disconnect);
+    // h264: a queue of a second of video (roscpp drops the oldest message of a full queue, which
+    // would break the decoders' reference chain; the stream stops encoding long before)
+    const uint32_t queue =
+        o.stream == h264_stream_.get() ? static_cast<uint32_t>(o.stream->options().policy.max_rate_hz) + 1 : 1;
+    ros::Publisher pub =
+        getNodeHandle().advertise<sensor_msgs::CompressedImage>(o.topic, queue, on_connect, on_disconnect);
     std::lock_guard<std::mutex> lock(outputs_mutex_);
     o.pub = pub;
   }
@@ -203,16 +238,17 @@ private:
       want = want || (o.pub && o.pub.getNumSubscribers() > 0);
     if (want && !image_sub_)
     {
-      // frames come on the nodelet's own queue, not the control thread's
+      // frames come on the nodelet's own queue, not a control thread's
       image_sub_ = getNodeHandle().subscribe(in_topic_, 1, &LinkAwareEncoder::onImage, this);
-      stream_->setInputSubscribed(true);
     }
     else if (!want && image_sub_)
     {
       image_sub_.shutdown();
       image_sub_ = ros::Subscriber();
-      stream_->setInputSubscribed(false);
     }
+    for (LinkAwareStream* s : {jpeg_stream_.get(), h264_stream_.get()})
+      if (s)
+        s->setInputSubscribed(static_cast<bool>(image_sub_));
   }
 
   std::vector<Output> copyOutputs()
@@ -225,28 +261,52 @@ private:
 
   void onImage(const sensor_msgs::ImageConstPtr& img)
   {
-    int quality = 0;
-    double encode_ms = 0.0;
-    sensor_msgs::CompressedImagePtr out = stream_->encode(*img, encoder_, &quality, &encode_ms);
-    if (!out)
-      return;
-    for (const Output& o : copyOutputs())
+    const std::vector<Output> outputs = copyOutputs();
+    bool jpeg_wanted = false, h264_wanted = false;
+    for (const Output& o : outputs)
       if (o.pub && o.pub.getNumSubscribers() > 0)
-        o.pub.publish(out);
-    stream_->frameSent(out->data.size(), quality, encode_ms, out->format);
+        (o.stream == h264_stream_.get() ? h264_wanted : jpeg_wanted) = true;
+    if (jpeg_wanted)
+    {
+      int quality = 0;
+      double encode_ms = 0.0;
+      sensor_msgs::CompressedImagePtr out = jpeg_stream_->encode(*img, encoder_, &quality, &encode_ms);
+      if (out)
+      {
+        for (const Output& o : outputs)
+          if (o.pub && o.stream == jpeg_stream_.get() && o.pub.getNumSubscribers() > 0)
+            o.pub.publish(out);
+        jpeg_stream_->frameSent(out->data.size(), quality, encode_ms, out->format);
+      }
+    }
+    if (h264_wanted)
+    {
+      bool keyframe = false;
+      double encode_ms = 0.0;
+      sensor_msgs::CompressedImagePtr out = h264_stream_->encodeH264(*img, h264_encoder_, &keyframe, &encode_ms);
+      if (out)
+      {
+        for (const Output& o : outputs)
+          if (o.pub && o.stream == h264_stream_.get())
+            o.pub.publish(out);
+        h264_stream_->frameSent(out->data.size(), 0, encode_ms, out->format, keyframe);
+      }
+    }
   }
 
   double check_period_ = 5.0;
   std::string in_topic_;
-  std::unique_ptr<LinkAwareStream> stream_;
-  ImageEncoder encoder_;  ///< frame thread only
-  ros::WallTime next_check_;     ///< control thread (onInit before it starts)
+  std::unique_ptr<LinkAwareStream> jpeg_stream_, h264_stream_;
+  ImageEncoder encoder_;      ///< frame thread only
+  H264Encoder h264_encoder_;  ///< frame thread only
+
+  std::mutex control_mutex_;     ///< serialises the control hook of both streams (frames never take it)
+  ros::WallTime next_check_;     ///< under control_mutex_
   bool stepped_aside_ = false;   ///< another node serves image/link_aware: this republisher is idle
+  ros::Subscriber image_sub_;    ///< under control_mutex_
 
-  std::mutex outputs_mutex_;  ///< guards the publisher handles in outputs_ (topics are constant)
+  std::mutex outputs_mutex_;  ///< guards the publisher handles in outputs_ (topics and streams are constant)
   std::vector<Output> outputs_;
-
-  ros::Subscriber image_sub_;  ///< control thread only
 };
 
 }  // namespace overlay_manager

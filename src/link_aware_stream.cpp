@@ -4,7 +4,9 @@
 #include "overlay_manager/ros_graph.h"
 #include "overlay_manager/subscriber_hosts.h"
 
+#include <cv_bridge/cv_bridge.h>
 #include <overlay_manager/StreamState.h>
+#include <sensor_msgs/image_encodings.h>
 #include <ros/network.h>
 #include <ros/xmlrpc_manager.h>
 
@@ -53,18 +55,27 @@ struct LinkAwareStream::Sub
   std::string path = paths::kUnknown;
   double observed_cap_kbps = kNaN;
   uint32_t backlog_bytes = 0;
+  uint32_t prev_backlog_bytes = 0;  ///< one delivery check earlier
   ros::WallTime next_lookup;  ///< retry time after a failed lookupNode
 };
 
-StreamOptions readStreamOptions(const ros::NodeHandle& pnh)
+StreamOptions readStreamOptions(const ros::NodeHandle& pnh, const std::string& format)
 {
   StreamOptions o;
   const std::string ns = pnh.getNamespace();
-  o.format = pnh.param<std::string>("format", o.format);
-  if (o.format != "jpeg" && o.format != "png")
-    throw ParamError(ns + "/format: '" + o.format + "' is not jpeg or png");
+  o.format = format.empty() ? pnh.param<std::string>("format", o.format) : format;
+  if (o.format != "jpeg" && o.format != "png" && (o.format != "h264" || format.empty()))
+    throw ParamError(ns + "/format: '" + o.format + "' is not jpeg or png (H.264 is the link_aware_h264 transport)");
   o.png_level = pnh.param("png_level", o.png_level);
+  o.gop = pnh.param("gop", o.gop);
+  if (o.gop < 1)
+    throw ParamError(ns + "/gop: the keyframe interval must be >= 1 frame, got " + std::to_string(o.gop));
   PolicyParams& p = o.policy;
+  p.max_video_kbps = pnh.param("max_video_kbps", p.max_video_kbps);
+  p.min_video_kbps = pnh.param("min_video_kbps", p.min_video_kbps);
+  p.video_share = pnh.param("video_share", p.video_share);
+  if (!(p.max_video_kbps > 0.0) || !(p.min_video_kbps > 0.0) || !(p.video_share > 0.0 && p.video_share <= 1.0))
+    throw ParamError(ns + ": need max_video_kbps > 0, min_video_kbps > 0 and 0 < video_share <= 1");
   p.max_rate_hz = pnh.param("max_rate", p.max_rate_hz);
   p.min_rate_hz = pnh.param("min_rate", p.min_rate_hz);
   p.max_quality = pnh.param("max_quality", p.max_quality);
@@ -162,6 +173,7 @@ void LinkAwareStream::subscriberConnected(const std::string& node)
       s = std::make_shared<Sub>();
     s->connections++;
   }
+  keyframe_wanted_ = true;  // h264: the new subscriber decodes from the next frame on
   post([this] { onChange(); });
 }
 
@@ -372,16 +384,26 @@ void LinkAwareStream::observeDelivery()
   }
   std::lock_guard<std::mutex> lock(mutex_);
   const double out_kbps = last_bitrate_kbps_;
+  bool backed_up = false;
   for (auto& kv : subs_)
   {
     Sub& s = *kv.second;
     auto b = backlog.find(kv.first);
+    s.prev_backlog_bytes = s.backlog_bytes;
     s.backlog_bytes = b == backlog.end() ? 0 : b->second;
     SubscriberView v;
     v.path = s.path;
     v.observed_cap_kbps = kNaN;
     s.observed_cap_kbps = nextObservedCap(s.observed_cap_kbps, s.backlog_bytes, out_kbps, policy_.budgetFor(v),
-                                          options_.max_backlog_ms);
+                                          options_.max_backlog_ms, s.prev_backlog_bytes);
+    // h264 skips frames while a queue holds more than max_backlog_ms of stream
+    backed_up = backed_up || (out_kbps > 0.0 && s.backlog_bytes * 8.0 / out_kbps > options_.max_backlog_ms);
+  }
+  if (options_.format == "h264")
+  {
+    if (backed_up_ && !backed_up)
+      keyframe_wanted_ = true;  // a subscriber whose ROS queue overflowed meanwhile resumes at once
+    backed_up_ = backed_up;
   }
 }
 
@@ -401,6 +423,9 @@ void LinkAwareStream::publishState()
       last_bitrate_kbps_ = window_bytes_ * 8.0 / 1000.0 / secs;
       last_frame_bytes_ = window_out_ ? static_cast<double>(window_bytes_) / window_out_ : kNaN;
       last_encode_ms_ = window_out_ ? window_encode_ms_ / window_out_ : kNaN;
+      last_keyframes_ = window_keyframes_;
+      last_skipped_ = window_skipped_;
+      window_keyframes_ = window_skipped_ = 0;
       window_in_ = window_out_ = 0;
       window_bytes_ = 0;
       window_encode_ms_ = 0.0;
@@ -413,8 +438,14 @@ void LinkAwareStream::publishState()
     st.other_topics = state_other_topics_;
     st.input_topic = input_topic_;
     st.peers_topic = peers_ ? peers_topic_ : "";
+    const bool jpeg = options_.format == "jpeg";
+    const bool h264 = options_.format == "h264";
+    st.codec = options_.format;
     st.format = last_format_;
-    st.quality = static_cast<uint8_t>(d.quality);
+    st.quality = jpeg ? static_cast<uint8_t>(d.quality) : 0;
+    st.video_bitrate_kbps = h264 ? policy_.videoBitrateKbps() : kNaN;
+    st.keyframes = last_keyframes_;
+    st.skipped_frames = last_skipped_;
     st.rate_hz = d.rate_hz;
     st.input_rate_hz = last_input_rate_;
     st.output_rate_hz = last_output_rate_;
@@ -435,6 +466,9 @@ void LinkAwareStream::publishState()
       auto it = subs_.find(v.node);
       s.backlog_bytes = it == subs_.end() ? 0 : it->second->backlog_bytes;
       s.quality = st.quality;
+      s.codec = options_.format;
+      s.codec_reason = h264 ? "subscribed to the link_aware_h264 transport (" + topic_ + ")" :
+                              "subscribed to " + topic_ + " (JPEG/PNG: every viewer decodes it)";
       s.rate_hz = d.rate_hz;
       s.bitrate_kbps = last_bitrate_kbps_;
       st.subscribers.push_back(s);
@@ -453,6 +487,11 @@ bool LinkAwareStream::admitFrame(int* quality)
   ++window_in_;
   const Decision& d = policy_.decision();
   *quality = d.quality;
+  if (backed_up_)
+  {
+    ++window_skipped_;
+    return false;
+  }
   // Frame gate: pass a frame when it is due; a 20 % early tolerance keeps a 30 Hz input at 30 Hz
   // under a 30 Hz cap despite arrival jitter.
   const double period = 1.0 / d.rate_hz;
@@ -462,10 +501,12 @@ bool LinkAwareStream::admitFrame(int* quality)
   return true;
 }
 
-void LinkAwareStream::frameSent(size_t bytes, int quality, double encode_ms, const std::string& format)
+void LinkAwareStream::frameSent(size_t bytes, int quality, double encode_ms, const std::string& format,
+                                bool keyframe)
 {
   std::lock_guard<std::mutex> lock(mutex_);
   ++window_out_;
+  window_keyframes_ += keyframe ? 1 : 0;
   window_bytes_ += bytes;
   window_encode_ms_ += encode_ms;
   if (last_format_ != format)
@@ -493,6 +534,108 @@ sensor_msgs::CompressedImagePtr LinkAwareStream::encode(const sensor_msgs::Image
     ROS_ERROR_THROTTLE(10.0, "%s: cannot encode a frame from %s: %s", topic_.c_str(), input_topic_.c_str(), e.what());
     return sensor_msgs::CompressedImagePtr();
   }
+  *encode_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  return out;
+}
+
+sensor_msgs::ImagePtr decodeH264(const sensor_msgs::CompressedImage& message, H264Decoder& decoder,
+                                 const std::string& topic)
+{
+  if (message.format != "h264")
+  {
+    ROS_ERROR_THROTTLE(10.0, "%s: format '%s' is not h264", topic.c_str(), message.format.c_str());
+    return sensor_msgs::ImagePtr();
+  }
+  Frame frame;
+  std::string error;
+  if (!decoder.decode(message.data.data(), message.data.size(), &frame, &error))
+  {
+    if (decoder.status() == DecodeStatus::kError)
+      ROS_WARN_THROTTLE(10.0, "%s: %s (waiting for the next keyframe)", topic.c_str(), error.c_str());
+    else if (decoder.status() != DecodeStatus::kNoFrame)
+      ROS_DEBUG_THROTTLE(5.0, "%s: %s", topic.c_str(), error.c_str());
+    return sensor_msgs::ImagePtr();
+  }
+  sensor_msgs::ImagePtr out(new sensor_msgs::Image);
+  out->header = message.header;
+  out->width = frame.width;
+  out->height = frame.height;
+  out->encoding = frame.encoding;
+  out->step = frame.step;
+  out->is_bigendian = 0;
+  out->data.swap(frame.data);
+  return out;
+}
+
+sensor_msgs::CompressedImagePtr LinkAwareStream::encodeH264(const sensor_msgs::Image& image, H264Encoder& encoder,
+                                                            bool* keyframe, double* encode_ms)
+{
+  int quality = 0;
+  if (!admitFrame(&quality))
+    return sensor_msgs::CompressedImagePtr();
+  double kbps;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    kbps = policy_.videoBitrateKbps();
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  const uint8_t* pixels = image.data.data();
+  int step = static_cast<int>(image.step);
+  std::string encoding = image.encoding;
+  cv_bridge::CvImageConstPtr converted;
+  if (encoding != "rgb8" && encoding != "bgr8" && encoding != "mono8" && encoding != "rgba8" && encoding != "bgra8")
+  {
+    try
+    {
+      converted = cv_bridge::toCvCopy(image, sensor_msgs::image_encodings::isMono(encoding) ? "mono8" : "bgr8");
+    }
+    catch (const std::exception& e)
+    {
+      ROS_ERROR_THROTTLE(10.0, "%s: cannot convert a '%s' frame for H.264: %s", topic_.c_str(), encoding.c_str(),
+                         e.what());
+      return sensor_msgs::CompressedImagePtr();
+    }
+    pixels = converted->image.data;
+    step = static_cast<int>(converted->image.step[0]);
+    encoding = converted->encoding;
+  }
+  std::string error;
+  if (!encoder.isOpen())
+  {
+    H264Params params;
+    params.width = static_cast<int>(image.width);
+    params.height = static_cast<int>(image.height);
+    params.fps = options_.policy.max_rate_hz;
+    params.bitrate_kbps = static_cast<int>(kbps);
+    params.gop = options_.gop;
+    if (!encoder.open(params, &error))
+    {
+      ROS_ERROR_THROTTLE(10.0, "%s: cannot open the H.264 encoder: %s", topic_.c_str(), error.c_str());
+      return sensor_msgs::CompressedImagePtr();
+    }
+    applied_kbps_ = static_cast<int>(kbps);
+  }
+  else if (std::abs(kbps - applied_kbps_) > 0.05 * applied_kbps_)
+  {
+    encoder.setBitrate(static_cast<int>(kbps));  // on the fly: the same encoder, no reopen
+    applied_kbps_ = static_cast<int>(kbps);
+  }
+  if (keyframe_wanted_.exchange(false))
+    encoder.requestKeyframe();
+  Packet packet;
+  if (!encoder.encode(pixels, static_cast<int>(image.width), static_cast<int>(image.height), step, encoding,
+                      frame_count_++, &packet, &error))
+  {
+    ROS_ERROR_THROTTLE(10.0, "%s: cannot encode a frame from %s: %s", topic_.c_str(), input_topic_.c_str(),
+                       error.c_str());
+    keyframe_wanted_ = true;  // the decoders may have missed a reference
+    return sensor_msgs::CompressedImagePtr();
+  }
+  sensor_msgs::CompressedImagePtr out(new sensor_msgs::CompressedImage);
+  out->header = image.header;
+  out->format = "h264";
+  out->data.swap(packet.data);
+  *keyframe = packet.keyframe;
   *encode_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   return out;
 }

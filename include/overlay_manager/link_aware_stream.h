@@ -19,6 +19,7 @@
 #ifndef OVERLAY_MANAGER_LINK_AWARE_STREAM_H
 #define OVERLAY_MANAGER_LINK_AWARE_STREAM_H
 
+#include "overlay_manager/h264_codec.h"
 #include "overlay_manager/image_codec.h"
 #include "overlay_manager/stream_policy.h"
 
@@ -50,8 +51,9 @@ public:
 /// Settings of one stream (parameter names in docs/camera.md). Rates in Hz, bitrates in kbit/s.
 struct StreamOptions
 {
-  std::string format = "jpeg";  ///< jpeg | png
+  std::string format = "jpeg";  ///< jpeg | png | h264
   int png_level = 3;            ///< zlib level 1..9 (png)
+  int gop = 30;                 ///< h264: keyframe interval (frames)
   PolicyParams policy;
   bool adapt_to_delivery = true;  ///< lower a subscriber's budget when its connection backs up
   double max_backlog_ms = 200.0;  ///< unsent bytes (in ms of stream) that count as backing up
@@ -60,9 +62,16 @@ struct StreamOptions
 };
 
 /// Reads StreamOptions from `params` (format, png_level, max_rate, min_rate, max_quality, min_quality,
-/// budget_kbps_<path>, adapt_to_delivery, max_backlog_ms, state_period, peers_topic). Throws
-/// ParamError naming the parameter.
-StreamOptions readStreamOptions(const ros::NodeHandle& params);
+/// budget_kbps_<path>, adapt_to_delivery, max_backlog_ms, state_period, peers_topic; h264: gop,
+/// max_video_kbps, min_video_kbps, video_share). `format` non-empty fixes the format (the h264
+/// transport) instead of reading it. Throws ParamError naming the parameter.
+StreamOptions readStreamOptions(const ros::NodeHandle& params, const std::string& format = "");
+
+/// One link_aware_h264 message (format "h264", one access unit) to sensor_msgs/Image with the
+/// message's header; null (logged, throttled, naming `topic`) while the decoder waits for a keyframe
+/// or cannot decode. `decoder` is the subscription's own.
+sensor_msgs::ImagePtr decodeH264(const sensor_msgs::CompressedImage& message, H264Decoder& decoder,
+                                 const std::string& topic);
 
 class LinkAwareStream
 {
@@ -106,11 +115,17 @@ public:
   /// JPEG quality in *quality.
   bool admitFrame(int* quality);
   /// Records a frame published: its size, the quality it was encoded at, encode time and format.
-  void frameSent(size_t bytes, int quality, double encode_ms, const std::string& format);
+  void frameSent(size_t bytes, int quality, double encode_ms, const std::string& format, bool keyframe = false);
   /// admitFrame + encode (jpeg at the decided quality, or png) into a new message; null when the frame
   /// is not due or cannot be encoded (logged, throttled). The caller publishes and calls frameSent.
   sensor_msgs::CompressedImagePtr encode(const sensor_msgs::Image& image, ImageEncoder& encoder, int* quality,
                                          double* encode_ms);
+  /// The same for h264: admitFrame (which also skips frames while a subscriber's connection is backed
+  /// up: a frame never encoded leaves every decoder's reference chain whole), the encoder's bitrate
+  /// set on the fly from the budget (no reopen), a keyframe when a subscriber connected or a backlog
+  /// cleared, one Annex B access unit per message (format "h264", header copied).
+  sensor_msgs::CompressedImagePtr encodeH264(const sensor_msgs::Image& image, H264Encoder& encoder, bool* keyframe,
+                                             double* encode_ms);
 
 private:
   struct Sub;
@@ -141,6 +156,9 @@ private:
 
   std::atomic<bool> input_subscribed_{false};
   std::atomic<bool> stopping_{false};
+  std::atomic<bool> keyframe_wanted_{true};  ///< h264: next frame an IDR (new subscriber, backlog cleared)
+  int64_t frame_count_ = 0;                  ///< h264 pts (frame thread)
+  int applied_kbps_ = 0;                     ///< bitrate last given to the h264 encoder (frame thread)
 
   std::mutex mutex_;  ///< guards everything below
   StreamPolicy policy_;
@@ -149,6 +167,8 @@ private:
   std::string peers_topic_;   ///< the ~peers subscribed to ("" = none found yet)
   std::vector<std::string> state_other_topics_;
   double next_due_ = 0.0;
+  bool backed_up_ = false;  ///< h264: a subscriber's connection is backed up: frames are skipped
+  uint32_t window_keyframes_ = 0, window_skipped_ = 0, last_keyframes_ = 0, last_skipped_ = 0;
   ros::WallTime window_start_;
   uint64_t window_in_ = 0, window_out_ = 0, window_bytes_ = 0;
   double window_encode_ms_ = 0.0;

@@ -5,7 +5,8 @@
 //
 // The frame is a horizontal gradient with noise (large JPEGs), a pure red block at the left and a
 // white bar that moves 8 pixels per frame (so video codecs see motion); header.frame_id "camera",
-// header.seq counts frames.
+// header.seq counts frames. With ~fresh_noise the noise changes every frame (a scene no codec
+// compresses far: video bitrate then follows the encoder's target).
 #include <image_transport/image_transport.h>
 #include <ros/ros.h>
 #include <sensor_msgs/Image.h>
@@ -19,6 +20,7 @@ int main(int argc, char** argv)
   ros::NodeHandle nh, pnh("~");
   const int width = pnh.param("width", 640), height = pnh.param("height", 480);
   const double rate = pnh.param("rate", 30.0);
+  const bool fresh_noise = pnh.param("fresh_noise", false);
   image_transport::ImageTransport it(nh);
   image_transport::Publisher pub = it.advertise("image", 1);
 
@@ -49,6 +51,22 @@ int main(int argc, char** argv)
     if (pub.getNumSubscribers() > 0)
     {
       sensor_msgs::ImagePtr img(new sensor_msgs::Image(base));
+      if (fresh_noise)
+      {
+        uint32_t x = seq * 2654435761u + 1;
+        for (size_t i = 0; i < img->data.size(); i += 3)
+        {
+          x ^= x << 13;
+          x ^= x >> 17;
+          x ^= x << 5;
+          if ((i / 3) % width >= 80)  // keep the red block
+          {
+            const int d = static_cast<int>(x & 63) - 32;
+            for (size_t c = 0; c < 3; ++c)
+              img->data[i + c] = static_cast<uint8_t>(std::max(0, std::min(255, img->data[i + c] + d)));
+          }
+        }
+      }
       const int bar = static_cast<int>((seq * 8) % (width - 100)) + 100;
       for (int y = height / 2; y < height / 2 + 40; ++y)
         for (int x = bar; x < std::min(width, bar + 16); ++x)

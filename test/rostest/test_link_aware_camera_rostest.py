@@ -55,3 +55,11 @@ def test_link_aware_transport_rostest(tmp_path):
                           text=True, env=_ros_env(tmp_path), timeout=240, check=False)
     tail = "\n".join((proc.stdout + proc.stderr).splitlines()[-80:])
     assert proc.returncode == 0 and "RESULT: SUCCESS" in proc.stdout, f"rostest link_aware_transport failed:\n{tail}"
+
+
+@pytest.mark.skipif(shutil.which("rostest") is None, reason="rostest not installed (scripts/setup)")
+def test_link_aware_h264_rostest(tmp_path):
+    proc = subprocess.run(["rostest", "overlay_manager", "link_aware_h264.test"], capture_output=True,
+                          text=True, env=_ros_env(tmp_path), timeout=300, check=False)
+    tail = "\n".join((proc.stdout + proc.stderr).splitlines()[-80:])
+    assert proc.returncode == 0 and "RESULT: SUCCESS" in proc.stdout, f"rostest link_aware_h264 failed:\n{tail}"
