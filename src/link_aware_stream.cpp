@@ -196,6 +196,8 @@ void LinkAwareStream::onChange()
     return;
   if (hook_)
     hook_();
+  if (stopping_)  // the hook may have stopped the stream
+    return;
   ensurePeers();
   resolveAndDecide();
   publishState();
