@@ -1,14 +1,17 @@
-// Decoder nodelet: sensor_msgs/CompressedImage (compressed_image_transport's format, e.g. from the
-// link-aware encoder) back to a raw sensor_msgs/Image, for machines without the compressed
-// image_transport plugin (image_view, tests, any raw subscriber).
+// Decoder nodelet: sensor_msgs/CompressedImage (compressed_image_transport's format, e.g. the
+// link-aware stream) back to a raw sensor_msgs/Image, for viewers and machines without the
+// image_transport plugins (any raw subscriber, web bridges).
 //
 // Topics (relative to the nodelet's namespace), named like image_transport's republish:
-//   in/compressed  in   sensor_msgs/CompressedImage, subscribed only while `out` has subscribers
-//   out            out  sensor_msgs/Image in the raw encoding named by the format (rgb8 stays rgb8)
+//   in/<transport>  in   sensor_msgs/CompressedImage, subscribed only while `out` has subscribers
+//   out             out  sensor_msgs/Image in the raw encoding named by the format (rgb8 stays rgb8)
+// Parameter ~transport: compressed (default), link_aware or link_aware_h264 (H.264 from the first
+// keyframe on; a lost reference waits for the next keyframe).
 //
 // Threads: connect callbacks and frames both run on the nodelet's single-threaded queue; the
 // decoder's libturbojpeg handle is used from that thread only.
 #include "overlay_manager/image_codec.h"
+#include "overlay_manager/link_aware_stream.h"
 
 #include <nodelet/nodelet.h>
 #include <pluginlib/class_list_macros.hpp>
@@ -17,6 +20,7 @@
 #include <sensor_msgs/Image.h>
 
 #include <mutex>
+#include <stdexcept>
 
 namespace overlay_manager
 {
@@ -27,7 +31,15 @@ private:
   void onInit() override
   {
     ros::NodeHandle& nh = getNodeHandle();
-    in_topic_ = nh.resolveName("in") + "/compressed";
+    const std::string transport = getPrivateNodeHandle().param<std::string>("transport", "compressed");
+    if (transport != "compressed" && transport != "link_aware" && transport != "link_aware_h264")
+    {
+      NODELET_FATAL("~transport: '%s' is not compressed, link_aware or link_aware_h264", transport.c_str());
+      throw std::invalid_argument("~transport must be compressed, link_aware or link_aware_h264, got '" + transport +
+                                  "'");
+    }
+    h264_ = transport == "link_aware_h264";
+    in_topic_ = nh.resolveName("in") + "/" + transport;
     ros::SubscriberStatusCallback cb = boost::bind(&CompressedDecoder::onConnection, this);
     std::lock_guard<std::mutex> lock(mutex_);
     pub_ = nh.advertise<sensor_msgs::Image>("out", 1, cb, cb);
@@ -50,6 +62,13 @@ private:
 
   void onImage(const sensor_msgs::CompressedImageConstPtr& msg)
   {
+    if (h264_)
+    {
+      sensor_msgs::ImagePtr image = decodeH264(*msg, h264_decoder_, in_topic_);
+      if (image)
+        pub_.publish(image);
+      return;
+    }
     try
     {
       pub_.publish(decoder_.decode(*msg));
@@ -65,6 +84,8 @@ private:
   ros::Publisher pub_;
   ros::Subscriber sub_;
   ImageDecoder decoder_;
+  bool h264_ = false;
+  H264Decoder h264_decoder_{"rgb8"};
 };
 
 }  // namespace overlay_manager

@@ -7,13 +7,22 @@
 namespace overlay_manager
 {
 
+bool backedUp(double backlog_bytes, double prev_backlog_bytes, double out_kbps, double max_backlog_ms)
+{
+  if (!(out_kbps > 0.0))
+    return false;
+  const double backlog_ms = backlog_bytes * 8.0 / out_kbps;  // kbit/s = bit/ms
+  const double prev_ms = prev_backlog_bytes * 8.0 / out_kbps;
+  return backlog_ms > max_backlog_ms || (backlog_ms > max_backlog_ms / 4.0 && prev_ms > max_backlog_ms / 4.0);
+}
+
 double nextObservedCap(double cap_kbps, double backlog_bytes, double out_kbps, double path_budget_kbps,
-                       double max_backlog_ms)
+                       double max_backlog_ms, double prev_backlog_bytes)
 {
   if (!(out_kbps > 0.0))
     return cap_kbps;
   const double backlog_ms = backlog_bytes * 8.0 / out_kbps;  // kbit/s = bit/ms
-  if (backlog_ms > max_backlog_ms)
+  if (backedUp(backlog_bytes, prev_backlog_bytes, out_kbps, max_backlog_ms))
   {
     const double cap = 0.7 * out_kbps;
     return std::isnan(cap_kbps) ? cap : std::min(cap_kbps, cap);
@@ -109,6 +118,15 @@ double StreamPolicy::clampRate(double r) const
   if (std::isnan(r))
     return hi;
   return std::max(lo, std::min(hi, r));
+}
+
+double StreamPolicy::videoBitrateKbps() const
+{
+  const double hi = params_.max_video_kbps;
+  const double lo = std::min(params_.min_video_kbps, hi);
+  if (std::isinf(decision_.budget_kbps))
+    return hi;
+  return std::max(lo, std::min(hi, params_.video_share * decision_.budget_kbps));
 }
 
 double StreamPolicy::predictedKbps() const

@@ -46,6 +46,13 @@ struct PolicyParams
   double raise_below = 0.75;
   /// Weight of the newest frame in the frame-size average (0..1].
   double size_smoothing = 0.5;
+  /// H.264: bitrate (kbit/s) when nothing limits the stream (local, direct without backlog).
+  double max_video_kbps = 6000.0;
+  /// H.264: lowest bitrate (kbit/s) the encoder is set to, however low the budget.
+  double min_video_kbps = 300.0;
+  /// H.264: share of the budget the encoder's average bitrate targets (x264's rate control
+  /// overshoots on scene changes; the rest is headroom).
+  double video_share = 0.8;
 };
 
 /// One subscriber as the policy sees it.
@@ -74,8 +81,14 @@ struct Decision
 /// `max_backlog_ms` of stream sets the cap to 70 % of out_kbps (or keeps a lower one); a backlog
 /// below a quarter of that raises a cap by 15 %, dropping it once it exceeds the path budget or
 /// 4 x out_kbps. No stream (out_kbps <= 0): the cap stays as it is.
+/// `prev_backlog_bytes`: the backlog one period earlier. A backlog above a quarter of
+/// `max_backlog_ms` in two periods in a row (a queue that does not drain: the link is full at this
+/// bitrate, however short the backlog is in ms of a fast stream) counts as backed up too.
 double nextObservedCap(double cap_kbps, double backlog_bytes, double out_kbps, double path_budget_kbps,
-                       double max_backlog_ms);
+                       double max_backlog_ms, double prev_backlog_bytes = 0.0);
+
+/// Whether a backlog counts as backed up (the test nextObservedCap uses).
+bool backedUp(double backlog_bytes, double prev_backlog_bytes, double out_kbps, double max_backlog_ms);
 
 /// Chooses quality and rate from subscribers' paths and the sizes of encoded frames.
 class StreamPolicy
@@ -108,6 +121,10 @@ public:
   double predictedKbps() const;
 
   const Decision& decision() const { return decision_; }
+
+  /// H.264 encoder bitrate (kbit/s) for the current budget: video_share of it, between
+  /// min_video_kbps and max_video_kbps; max_video_kbps when nothing limits the stream.
+  double videoBitrateKbps() const;
 
 private:
   void applyBudget();

@@ -184,7 +184,7 @@ class CameraBench:
             out["control"] = self.control(max(2.0, self.seconds - 4.0))
 
         def states() -> None:
-            out["state"] = robots.run_probe(self.lab, LAPTOP, ["collect", OUT + "/stream_state",
+            out["state"] = robots.run_probe(self.lab, LAPTOP, ["collect", RAW + "/link_aware/stream_state",
                                                                "overlay_manager/StreamState", "--seconds",
                                                                f"{self.seconds + 3:g}"], timeout=self.seconds + 90)
 

@@ -156,6 +156,36 @@ TEST(ObservedCap, BacklogCapsThenDrainedQueueLiftsIt)
   EXPECT_DOUBLE_EQ(nextObservedCap(1234.0, 999999, 0, inf, 200), 1234.0);
 }
 
+TEST(ObservedCap, BacklogThatDoesNotDrainCapsADirectPathToo)
+{
+  using overlay_manager::nextObservedCap;
+  const double inf = std::numeric_limits<double>::infinity();
+  // a direct subscriber (no path budget) at 14.9 Mbit/s with 134 KB unsent: 72 ms of stream, under
+  // the 200 ms limit; once is not enough, but the same backlog one period later is a full link
+  EXPECT_TRUE(std::isnan(nextObservedCap(NAN, 134000, 14900, inf, 200, 0)));
+  EXPECT_DOUBLE_EQ(nextObservedCap(NAN, 134000, 14900, inf, 200, 134000), 0.7 * 14900);
+  // a small queue in both periods (under a quarter of the limit) is latency, not congestion
+  EXPECT_TRUE(std::isnan(nextObservedCap(NAN, 20000, 14900, inf, 200, 20000)));
+}
+
+TEST(VideoBitrate, FollowsTheBudgetWithinLimits)
+{
+  PolicyParams params;
+  params.max_video_kbps = 6000;
+  params.min_video_kbps = 300;
+  params.video_share = 0.8;
+  StreamPolicy p(params);
+  p.setSubscribers({sub("laptop", "direct")});
+  EXPECT_DOUBLE_EQ(p.videoBitrateKbps(), 6000.0);  // no budget: the maximum
+  p.setSubscribers({sub("laptop", "derp")});       // 8000 budget: 0.8 x 8000 = 6400, capped at 6000
+  EXPECT_DOUBLE_EQ(p.videoBitrateKbps(), 6000.0);
+  p.setSubscribers({sub("laptop", "direct", 2000.0)});  // observed delivery caps a direct path
+  EXPECT_DOUBLE_EQ(p.videoBitrateKbps(), 1600.0);
+  p.setSubscribers({sub("laptop", "direct", 100.0)});
+  EXPECT_DOUBLE_EQ(p.videoBitrateKbps(), 300.0);  // never below the minimum
+  EXPECT_EQ(p.decision().reason, "observed delivery");
+}
+
 TEST(SubscriberHosts, HostOfUri)
 {
   EXPECT_EQ(overlay_manager::hostOfUri("http://robot1.fleet.internal:41234/"), "robot1.fleet.internal");

@@ -66,7 +66,7 @@ class LinkAwareCamera(unittest.TestCase):
         cls.png_pub = rospy.Publisher(RAW_PNG, Image, queue_size=2)
         cls.lock = threading.Lock()
         cls.state = None
-        rospy.Subscriber(OUT + "/stream_state", StreamState, cls._on_state)
+        rospy.Subscriber(RAW + "/link_aware/stream_state", StreamState, cls._on_state)
         cls.stop = threading.Event()
         cls.cam = threading.Thread(target=cls._camera, daemon=True)
         cls.cam.start()
@@ -153,16 +153,22 @@ class LinkAwareCamera(unittest.TestCase):
         self.assertTrue(r > 200 and g < 60 and b < 60, f"red block decoded as {(r, g, b)}")
 
     def test_3b_png_is_lossless(self):
-        got = []
+        got, states = [], []
+        state_sub = rospy.Subscriber(RAW_PNG + "/link_aware/stream_state", StreamState, states.append)
         sub = rospy.Subscriber(RAW_PNG + "/compressed", CompressedImage, got.append, queue_size=5, buff_size=2**24)
         try:
             m = wait_for(f"a frame on {RAW_PNG}/compressed", lambda: got and got[-1], timeout=15)
+            st = wait_for("the png encoder's stream_state with a subscriber",
+                          lambda: [s for s in states if s.subscribers])[-1]
         finally:
             sub.unregister()
+            state_sub.unregister()
         self.assertEqual(m.format, "rgb8; png compressed bgr8")
         bgr = cv2.imdecode(np.frombuffer(bytes(m.data), np.uint8), cv2.IMREAD_UNCHANGED)
         self.assertEqual(bgr.shape, (HEIGHT, WIDTH, 3))
         self.assertTrue(np.array_equal(bgr[:, :, ::-1], self.frame), "PNG did not decode to the original pixels")
+        # its peers_topic names an overlay node that does not run
+        self.assertEqual((st.reason, st.peers_topic), ("no overlay node: paths unknown", ""))
 
     def test_4_derp_lowers_quality_and_rate_then_direct_restores(self):
         got = []

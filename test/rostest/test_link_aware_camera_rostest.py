@@ -31,9 +31,35 @@ def test_stream_policy_gtest():
     assert "[  PASSED  ]" in proc.stdout
 
 
+@pytest.mark.skipif(not os.environ.get("CMAKE_PREFIX_PATH"), reason="no catkin devel space sourced (scripts/build)")
+def test_h264_codec_gtest():
+    """The H.264 codec with the real libx264 and libavcodec decoder on opencv-doc's vtest.avi."""
+    binary = _devel_binary("test_h264_codec")
+    assert binary, "test_h264_codec not built: CMAKE_PREFIX_PATH has no devel space with overlay_manager's C++"
+    proc = subprocess.run([binary], capture_output=True, text=True, timeout=180, check=False)
+    assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-2000:]
+    assert "[  PASSED  ]" in proc.stdout
+
+
 @pytest.mark.skipif(shutil.which("rostest") is None, reason="rostest not installed (scripts/setup)")
 def test_link_aware_camera_rostest(tmp_path):
     proc = subprocess.run(["rostest", "overlay_manager", "link_aware_camera.test"], capture_output=True, text=True,
                           env=_ros_env(tmp_path), timeout=240, check=False)
     tail = "\n".join((proc.stdout + proc.stderr).splitlines()[-80:])
     assert proc.returncode == 0 and "RESULT: SUCCESS" in proc.stdout, f"rostest link_aware_camera failed:\n{tail}"
+
+
+@pytest.mark.skipif(shutil.which("rostest") is None, reason="rostest not installed (scripts/setup)")
+def test_link_aware_transport_rostest(tmp_path):
+    proc = subprocess.run(["rostest", "overlay_manager", "link_aware_transport.test"], capture_output=True,
+                          text=True, env=_ros_env(tmp_path), timeout=240, check=False)
+    tail = "\n".join((proc.stdout + proc.stderr).splitlines()[-80:])
+    assert proc.returncode == 0 and "RESULT: SUCCESS" in proc.stdout, f"rostest link_aware_transport failed:\n{tail}"
+
+
+@pytest.mark.skipif(shutil.which("rostest") is None, reason="rostest not installed (scripts/setup)")
+def test_link_aware_h264_rostest(tmp_path):
+    proc = subprocess.run(["rostest", "overlay_manager", "link_aware_h264.test"], capture_output=True,
+                          text=True, env=_ros_env(tmp_path), timeout=300, check=False)
+    tail = "\n".join((proc.stdout + proc.stderr).splitlines()[-80:])
+    assert proc.returncode == 0 and "RESULT: SUCCESS" in proc.stdout, f"rostest link_aware_h264 failed:\n{tail}"

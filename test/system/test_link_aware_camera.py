@@ -28,7 +28,8 @@ from overlay_manager.ros_names import overlay_node
 ROBOT, LAPTOP, B1 = "alpha-robot1", "alpha-laptop", "b1"
 N_ROBOT, N_LAPTOP = overlay_node(ROBOT), overlay_node(LAPTOP)
 RAW = "/camera/image_raw"
-OUT = RAW + "/compressed"
+OUT = RAW + "/compressed"  # the republisher's copy of RAW + "/link_aware" (the lab camera is a plain rospy node)
+STATE = RAW + "/link_aware/stream_state"
 UPLINK_MBIT = 30.0
 MIN_LINK_AWARE_HZ = 25.0
 DERP_BOUND_S = 60.0
@@ -100,7 +101,7 @@ def test_link_aware_camera_keeps_full_rate_on_the_same_path(relayed):
 
     def states() -> None:
         # the encoder's decisions over the whole window (it lists the rate probe as a subscriber)
-        out["state"] = robots.run_probe(lab, LAPTOP, ["collect", OUT + "/stream_state", "overlay_manager/StreamState",
+        out["state"] = robots.run_probe(lab, LAPTOP, ["collect", STATE, "overlay_manager/StreamState",
                                                       "--seconds", str(MEASURE_S + 4)], timeout=MEASURE_S + 90)
 
     threads = [threading.Thread(target=f) for f in (states, measure, control)]
@@ -112,7 +113,7 @@ def test_link_aware_camera_keeps_full_rate_on_the_same_path(relayed):
     assert rate, "the rate probe on the compressed topic did not finish"
     ctl = out.get("control", {})
     msgs = [m for m in (out.get("state") or {}).get("msgs") or [] if m["subscribers"] and m["bitrate_kbps"] > 0]
-    assert msgs, f"no {OUT}/stream_state with a subscriber while the laptop subscribed: {out.get('state')}"
+    assert msgs, f"no {STATE} with a subscriber while the laptop subscribed: {out.get('state')}"
     st = msgs[-1]
     subs = {s["host"]: s for s in st["subscribers"]}
     MEASURED["link_aware"] = rate

@@ -1,0 +1,142 @@
+// Low-latency H.264 for the link-aware camera: an encoder on libavcodec's libx264 wrapper and a
+// decoder on libavcodec's h264 decoder, with libswscale for the colour conversion. No ROS types.
+//
+// Encoder settings (see docs/h264_codec.md): x264 preset/tune from H264Params (ultrafast + zerolatency:
+// no B-frames, no lookahead, one frame in -> one access unit out), closed GOP of `gop` frames,
+// average bit rate with a VBV of max rate = bit rate and a one-second buffer, SPS and PPS repeated
+// in-band before every IDR, Annex B start codes, BT.601 limited-range YUV 4:2:0.
+// Odd widths/heights are CROPPED to even (the last column/row is dropped): 4:2:0 chroma and the
+// SPS cropping units (2 pixels) cannot describe an odd size, and cropping invents no pixels.
+//
+// Decoder: feeds libavcodec only from the first IDR on (earlier packets are reported as
+// "waiting for keyframe", never decoded into a grey/garbage picture). libavcodec conceals a lost
+// reference frame silently (it repeats the last reference), so the decoder reads each slice's
+// frame_num itself and reports a gap as "missing reference", then waits for the next IDR.
+#ifndef OVERLAY_MANAGER_H264_CODEC_H
+#define OVERLAY_MANAGER_H264_CODEC_H
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace overlay_manager
+{
+
+/// Encoder settings. Sizes in pixels, fps in frames per second, bit rate in kbit/s.
+struct H264Params
+{
+  int width = 0;
+  int height = 0;
+  double fps = 30;
+  int bitrate_kbps = 1500;
+  int gop = 30;  ///< keyframe (IDR) interval in frames
+  std::string preset = "ultrafast";
+  std::string tune = "zerolatency";
+  int threads = 1;  ///< x264 threads (sliced threads with zerolatency: no added delay)
+};
+
+/// One encoded picture.
+struct Packet
+{
+  std::vector<uint8_t> data;  ///< Annex B byte stream, exactly one access unit
+  bool keyframe = false;      ///< IDR picture, preceded by SPS and PPS in `data`
+  int64_t pts = 0;            ///< the pts passed to encode(), unchanged
+};
+
+/// One decoded picture (tightly packed rows: step = width * channels).
+struct Frame
+{
+  int width = 0;
+  int height = 0;
+  std::string encoding;  ///< sensor_msgs encoding: rgb8, bgr8 or mono8
+  int step = 0;          ///< bytes per row
+  std::vector<uint8_t> data;
+  bool keyframe = false;  ///< decoded from an IDR access unit
+};
+
+/// Encodes raw frames to H.264. encode()/open() from one thread; setBitrate() and
+/// requestKeyframe() may be called from any thread (they take effect at the next encode()).
+class H264Encoder
+{
+public:
+  H264Encoder();
+  ~H264Encoder();
+  H264Encoder(const H264Encoder&) = delete;
+  H264Encoder& operator=(const H264Encoder&) = delete;
+
+  /// Opens (or reopens, e.g. for a new resolution) the encoder. The next packet is an IDR.
+  /// False with *error set (naming the bad setting) when libx264 refuses the parameters.
+  bool open(const H264Params& params, std::string* error);
+  bool isOpen() const;
+  /// The parameters of the open encoder (bit rate: the last one requested).
+  H264Params params() const;
+  /// The size actually encoded: params' width/height rounded down to even.
+  int codedWidth() const;
+  int codedHeight() const;
+
+  /// Target average bit rate in kbit/s from the next frame on, without reopening: libavcodec's
+  /// libx264 wrapper calls x264_encoder_reconfig when the context's bit rate changes.
+  void setBitrate(int kbps);
+  /// The next frame is coded as an IDR with SPS/PPS in front.
+  void requestKeyframe();
+
+  /// Encodes one frame of params().width x params().height pixels; `step` is bytes per row,
+  /// `encoding` one of rgb8, bgr8, mono8, rgba8, bgra8. Exactly one packet comes out per frame.
+  bool encode(const uint8_t* data, int step, const std::string& encoding, int64_t pts, Packet* out,
+              std::string* error);
+  /// Same, for a frame of width x height: reopens the encoder (keeping the bit rate and the
+  /// other settings) when the size differs from the open one.
+  bool encode(const uint8_t* data, int width, int height, int step, const std::string& encoding, int64_t pts,
+              Packet* out, std::string* error);
+
+  /// Identity of the libavcodec context (for checking that a change did not reopen it).
+  const void* codecContext() const;
+
+private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+/// What the last H264Decoder::decode() call did.
+enum class DecodeStatus
+{
+  kFrame,               ///< a complete picture is in *out
+  kNoFrame,             ///< accepted, but no picture (e.g. parameter sets only)
+  kWaitingForKeyframe,  ///< dropped: no IDR seen yet since the start or the last loss
+  kMissingReference,    ///< dropped: a reference frame before it was lost; waiting for an IDR
+  kError,               ///< the data is not decodable H.264; waiting for an IDR
+};
+
+/// Decodes Annex B access units (one per call, as H264Encoder produces them) to rgb8/bgr8/mono8.
+/// One instance per stream and thread.
+class H264Decoder
+{
+public:
+  /// `encoding` of the output frames: rgb8, bgr8 or mono8.
+  explicit H264Decoder(const std::string& encoding = "bgr8");
+  ~H264Decoder();
+  H264Decoder(const H264Decoder&) = delete;
+  H264Decoder& operator=(const H264Decoder&) = delete;
+
+  /// True when *out holds a complete picture. False otherwise, with *error saying why
+  /// ("waiting for keyframe", "missing reference ...", or a decoder error); status() tells which.
+  bool decode(const uint8_t* data, size_t size, Frame* out, std::string* error);
+  DecodeStatus status() const;
+  /// True until the first IDR and after every loss until the next IDR.
+  bool waitingForKeyframe() const;
+  /// Forget the stream (e.g. on a new publisher): wait for the next IDR.
+  void reset();
+
+private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+/// NAL unit types of an Annex B buffer, in order (helper for tests and transports).
+std::vector<int> h264NalTypes(const uint8_t* data, size_t size);
+
+}  // namespace overlay_manager
+
+#endif  // OVERLAY_MANAGER_H264_CODEC_H

@@ -1,0 +1,667 @@
+// H.264 encoder/decoder for the link-aware camera (see include/overlay_manager/h264_codec.h).
+#include "overlay_manager/h264_codec.h"
+
+extern "C" {
+#include <libavcodec/avcodec.h>
+#include <libavutil/error.h>
+#include <libavutil/frame.h>
+#include <libavutil/log.h>
+#include <libavutil/opt.h>
+#include <libavutil/pixdesc.h>
+#include <libswscale/swscale.h>
+}
+
+#include <atomic>
+#include <map>
+#include <mutex>
+
+namespace overlay_manager
+{
+namespace
+{
+std::string avError(int err)
+{
+  char buf[AV_ERROR_MAX_STRING_SIZE] = { 0 };
+  av_strerror(err, buf, sizeof(buf));
+  return buf;
+}
+
+bool fail(std::string* error, const std::string& what)
+{
+  if (error)
+    *error = what;
+  return false;
+}
+
+/// libavcodec logs to stderr at INFO by default (x264's banner and statistics at every open and
+/// close). Lower it to errors once, unless the process already chose a level.
+void quietLibav()
+{
+  static std::once_flag once;
+  std::call_once(once, [] {
+    if (av_log_get_level() == AV_LOG_INFO)
+      av_log_set_level(AV_LOG_ERROR);
+  });
+}
+
+/// sensor_msgs encoding -> (libav pixel format, bytes per pixel); AV_PIX_FMT_NONE if unsupported.
+AVPixelFormat pixelFormat(const std::string& encoding, int* bytes_per_pixel)
+{
+  struct Entry
+  {
+    const char* name;
+    AVPixelFormat fmt;
+    int bpp;
+  };
+  static const Entry table[] = { { "rgb8", AV_PIX_FMT_RGB24, 3 },
+                                 { "bgr8", AV_PIX_FMT_BGR24, 3 },
+                                 { "mono8", AV_PIX_FMT_GRAY8, 1 },
+                                 { "rgba8", AV_PIX_FMT_RGBA, 4 },
+                                 { "bgra8", AV_PIX_FMT_BGRA, 4 } };
+  for (const Entry& e : table)
+    if (encoding == e.name)
+    {
+      *bytes_per_pixel = e.bpp;
+      return e.fmt;
+    }
+  return AV_PIX_FMT_NONE;
+}
+
+// ---- Annex B parsing: NAL units and the few header fields the decoder checks -----------------
+
+struct Nal
+{
+  int type;
+  int ref_idc;
+  const uint8_t* payload;  ///< after the one-byte NAL header
+  size_t size;
+};
+
+std::vector<Nal> splitNals(const uint8_t* data, size_t size)
+{
+  std::vector<Nal> nals;
+  size_t i = 0;
+  auto startCodeAt = [&](size_t p) { return p + 2 < size && data[p] == 0 && data[p + 1] == 0 && data[p + 2] == 1; };
+  while (i < size && !startCodeAt(i))
+    ++i;
+  while (i < size)
+  {
+    const size_t begin = i + 3;  // first byte of the NAL header
+    size_t end = begin;
+    while (end < size && !startCodeAt(end))
+      ++end;
+    size_t next = end;
+    // trailing zero bytes belong to the next start code (4-byte form) or are trailing_zero_8bits
+    while (end > begin && data[end - 1] == 0)
+      --end;
+    if (end > begin)
+      nals.push_back(Nal{ data[begin] & 0x1f, (data[begin] >> 5) & 0x3, data + begin + 1, end - begin - 1 });
+    i = next;
+  }
+  return nals;
+}
+
+/// Exp-Golomb bit reader over an RBSP (emulation prevention bytes removed on construction).
+class BitReader
+{
+public:
+  BitReader(const uint8_t* data, size_t size, size_t max_bytes)
+  {
+    const size_t n = size < max_bytes ? size : max_bytes;
+    rbsp_.reserve(n);
+    int zeros = 0;
+    for (size_t i = 0; i < n; ++i)
+    {
+      if (zeros >= 2 && data[i] == 3)
+      {
+        zeros = 0;
+        continue;
+      }
+      zeros = data[i] == 0 ? zeros + 1 : 0;
+      rbsp_.push_back(data[i]);
+    }
+  }
+  bool ok() const { return ok_; }
+  uint32_t bits(int n)
+  {
+    uint32_t v = 0;
+    for (int k = 0; k < n; ++k)
+    {
+      if (pos_ >= rbsp_.size() * 8)
+      {
+        ok_ = false;
+        return 0;
+      }
+      v = (v << 1) | ((rbsp_[pos_ >> 3] >> (7 - (pos_ & 7))) & 1);
+      ++pos_;
+    }
+    return v;
+  }
+  uint32_t ue()
+  {
+    int leading = 0;
+    while (ok_ && bits(1) == 0)
+      if (++leading > 31)
+        ok_ = false;
+    if (!ok_)
+      return 0;
+    return ((1u << leading) - 1) + bits(leading);
+  }
+  int32_t se()
+  {
+    const uint32_t k = ue();
+    return (k & 1) ? static_cast<int32_t>((k + 1) / 2) : -static_cast<int32_t>(k / 2);
+  }
+
+private:
+  std::vector<uint8_t> rbsp_;
+  size_t pos_ = 0;
+  bool ok_ = true;
+};
+
+struct SpsInfo
+{
+  int log2_max_frame_num = 0;
+  bool separate_colour_plane = false;
+};
+
+/// seq_parameter_set_rbsp up to log2_max_frame_num_minus4 (H.264 7.3.2.1.1). False if malformed.
+bool parseSps(const Nal& nal, int* sps_id, SpsInfo* info)
+{
+  BitReader r(nal.payload, nal.size, 1024);
+  const uint32_t profile_idc = r.bits(8);
+  r.bits(16);  // constraint flags, level_idc
+  *sps_id = static_cast<int>(r.ue());
+  static const uint32_t high_profiles[] = { 100, 110, 122, 244, 44, 83, 86, 118, 128, 138, 139, 134, 135 };
+  bool high = false;
+  for (uint32_t p : high_profiles)
+    high = high || p == profile_idc;
+  info->separate_colour_plane = false;
+  if (high)
+  {
+    const uint32_t chroma_format_idc = r.ue();
+    if (chroma_format_idc == 3)
+      info->separate_colour_plane = r.bits(1) != 0;
+    r.ue();       // bit_depth_luma_minus8
+    r.ue();       // bit_depth_chroma_minus8
+    r.bits(1);    // qpprime_y_zero_transform_bypass_flag
+    if (r.bits(1))  // seq_scaling_matrix_present_flag: skip the lists
+    {
+      const int lists = chroma_format_idc == 3 ? 12 : 8;
+      for (int i = 0; i < lists && r.ok(); ++i)
+      {
+        if (!r.bits(1))
+          continue;
+        const int n = i < 6 ? 16 : 64;
+        int last = 8, next = 8;
+        for (int j = 0; j < n && r.ok(); ++j)
+        {
+          if (next != 0)
+            next = (last + r.se() + 256) % 256;
+          last = next == 0 ? last : next;
+        }
+      }
+    }
+  }
+  info->log2_max_frame_num = static_cast<int>(r.ue()) + 4;
+  return r.ok() && *sps_id < 32 && info->log2_max_frame_num <= 16;
+}
+
+/// pic_parameter_set_rbsp: pps id and the sps id it refers to.
+bool parsePps(const Nal& nal, int* pps_id, int* sps_id)
+{
+  BitReader r(nal.payload, nal.size, 16);
+  *pps_id = static_cast<int>(r.ue());
+  *sps_id = static_cast<int>(r.ue());
+  return r.ok() && *pps_id < 256 && *sps_id < 32;
+}
+}  // namespace
+
+std::vector<int> h264NalTypes(const uint8_t* data, size_t size)
+{
+  std::vector<int> types;
+  for (const Nal& n : splitNals(data, size))
+    types.push_back(n.type);
+  return types;
+}
+
+// ---- encoder -----------------------------------------------------------------------------------
+
+struct H264Encoder::Impl
+{
+  H264Params params;
+  AVCodecContext* ctx = nullptr;
+  AVFrame* frame = nullptr;  ///< YUV 4:2:0 input picture, reused
+  AVPacket* pkt = nullptr;
+  SwsContext* sws = nullptr;
+  std::atomic<int> pending_kbps{ 0 };
+  std::atomic<bool> keyframe_requested{ false };
+  int64_t frame_index = 0;
+
+  ~Impl() { close(); }
+  void close()
+  {
+    avcodec_free_context(&ctx);
+    av_frame_free(&frame);
+    av_packet_free(&pkt);
+    sws_freeContext(sws);
+    sws = nullptr;
+  }
+  void applyBitrate(int kbps)
+  {
+    const int64_t bps = static_cast<int64_t>(kbps) * 1000;
+    ctx->bit_rate = bps;
+    ctx->rc_max_rate = bps;          // VBV: never above the target over the buffer...
+    ctx->rc_buffer_size = static_cast<int>(bps);  // ...of one second
+    params.bitrate_kbps = kbps;
+  }
+};
+
+H264Encoder::H264Encoder() : impl_(new Impl) {}
+H264Encoder::~H264Encoder() = default;
+
+bool H264Encoder::open(const H264Params& p, std::string* error)
+{
+  quietLibav();
+  impl_->close();
+  if (p.width < 2 || p.height < 2)
+    return fail(error, "H264Params: width and height must be at least 2 (got " + std::to_string(p.width) + "x" +
+                           std::to_string(p.height) + ")");
+  if (!(p.fps > 0 && p.fps <= 1000))
+    return fail(error, "H264Params: fps must be in (0, 1000] (got " + std::to_string(p.fps) + ")");
+  if (p.bitrate_kbps <= 0)
+    return fail(error, "H264Params: bitrate_kbps must be positive (got " + std::to_string(p.bitrate_kbps) + ")");
+  if (p.gop < 1)
+    return fail(error, "H264Params: gop must be at least 1 frame (got " + std::to_string(p.gop) + ")");
+  if (p.threads < 0)
+    return fail(error, "H264Params: threads must be >= 0 (0 = automatic; got " + std::to_string(p.threads) + ")");
+
+  const AVCodec* codec = avcodec_find_encoder_by_name("libx264");
+  if (!codec)
+    return fail(error, "libavcodec has no libx264 encoder: install a libavcodec built with x264 "
+                       "(Debian/Ubuntu libavcodec-dev + libx264)");
+  Impl& m = *impl_;
+  m.params = p;
+  m.ctx = avcodec_alloc_context3(codec);
+  m.frame = av_frame_alloc();
+  m.pkt = av_packet_alloc();
+  if (!m.ctx || !m.frame || !m.pkt)
+  {
+    m.close();
+    return fail(error, "out of memory allocating the H.264 encoder");
+  }
+  AVCodecContext* c = m.ctx;
+  c->width = p.width & ~1;  // 4:2:0 needs even sizes: crop the last odd column/row
+  c->height = p.height & ~1;
+  c->pix_fmt = AV_PIX_FMT_YUV420P;
+  c->framerate = av_d2q(p.fps, 100000);
+  c->time_base = av_inv_q(c->framerate);
+  c->gop_size = p.gop;
+  c->max_b_frames = 0;
+  c->thread_count = p.threads;
+  c->color_range = AVCOL_RANGE_MPEG;  // what libswscale writes for YUV420P
+  c->colorspace = AVCOL_SPC_BT470BG;  // BT.601, libswscale's default matrix
+  c->color_primaries = AVCOL_PRI_BT470BG;
+  c->color_trc = AVCOL_TRC_SMPTE170M;
+  m.applyBitrate(p.bitrate_kbps);
+  c->bit_rate_tolerance = static_cast<int>(c->bit_rate);  // x264's default rate tolerance (1.0)
+
+  AVDictionary* opts = nullptr;
+  if (!p.preset.empty())
+    av_dict_set(&opts, "preset", p.preset.c_str(), 0);
+  if (!p.tune.empty())
+    av_dict_set(&opts, "tune", p.tune.c_str(), 0);
+  av_dict_set(&opts, "forced-idr", "1", 0);  // a forced keyframe is an IDR, not a recovery-point I
+  // explicit although they are x264's defaults without AV_CODEC_FLAG_GLOBAL_HEADER
+  av_dict_set(&opts, "x264-params", "repeat-headers=1:annexb=1", 0);
+  const int ret = avcodec_open2(c, codec, &opts);
+  av_dict_free(&opts);
+  if (ret < 0)
+  {
+    m.close();
+    return fail(error, "libx264 refused the settings (preset '" + p.preset + "', tune '" + p.tune + "', " +
+                           std::to_string(p.width) + "x" + std::to_string(p.height) + "): " + avError(ret));
+  }
+  m.frame->format = AV_PIX_FMT_YUV420P;
+  m.frame->width = c->width;
+  m.frame->height = c->height;
+  const int fret = av_frame_get_buffer(m.frame, 0);
+  if (fret < 0)
+  {
+    m.close();
+    return fail(error, "cannot allocate the YUV picture: " + avError(fret));
+  }
+  m.frame_index = 0;
+  m.pending_kbps = 0;
+  m.keyframe_requested = true;  // first packet: IDR with SPS/PPS
+  return true;
+}
+
+bool H264Encoder::isOpen() const
+{
+  return impl_->ctx != nullptr;
+}
+
+H264Params H264Encoder::params() const
+{
+  H264Params p = impl_->params;
+  const int pending = impl_->pending_kbps.load();
+  if (pending > 0)
+    p.bitrate_kbps = pending;
+  return p;
+}
+
+int H264Encoder::codedWidth() const
+{
+  return impl_->ctx ? impl_->ctx->width : 0;
+}
+
+int H264Encoder::codedHeight() const
+{
+  return impl_->ctx ? impl_->ctx->height : 0;
+}
+
+void H264Encoder::setBitrate(int kbps)
+{
+  if (kbps > 0)
+    impl_->pending_kbps = kbps;
+}
+
+void H264Encoder::requestKeyframe()
+{
+  impl_->keyframe_requested = true;
+}
+
+const void* H264Encoder::codecContext() const
+{
+  return impl_->ctx;
+}
+
+bool H264Encoder::encode(const uint8_t* data, int width, int height, int step, const std::string& encoding,
+                         int64_t pts, Packet* out, std::string* error)
+{
+  if (!isOpen() || width != impl_->params.width || height != impl_->params.height)
+  {
+    H264Params p = params();  // keeps the latest requested bit rate
+    p.width = width;
+    p.height = height;
+    if (!open(p, error))
+      return false;
+  }
+  return encode(data, step, encoding, pts, out, error);
+}
+
+bool H264Encoder::encode(const uint8_t* data, int step, const std::string& encoding, int64_t pts, Packet* out,
+                         std::string* error)
+{
+  Impl& m = *impl_;
+  if (!m.ctx)
+    return fail(error, "H264Encoder: encode() before a successful open()");
+  if (!data || !out)
+    return fail(error, "H264Encoder: null frame data or output packet");
+  int bpp = 0;
+  const AVPixelFormat src_fmt = pixelFormat(encoding, &bpp);
+  if (src_fmt == AV_PIX_FMT_NONE)
+    return fail(error, "H264Encoder: unsupported encoding '" + encoding + "' (rgb8, bgr8, mono8, rgba8, bgra8)");
+  if (step < m.params.width * bpp)
+    return fail(error, "H264Encoder: step " + std::to_string(step) + " is less than width " +
+                           std::to_string(m.params.width) + " x " + std::to_string(bpp) + " bytes of " + encoding);
+
+  const int w = m.ctx->width, h = m.ctx->height;
+  m.sws = sws_getCachedContext(m.sws, w, h, src_fmt, w, h, AV_PIX_FMT_YUV420P, SWS_BILINEAR, nullptr, nullptr,
+                               nullptr);
+  if (!m.sws)
+    return fail(error, "libswscale cannot convert " + encoding + " to YUV 4:2:0");
+  int ret = av_frame_make_writable(m.frame);
+  if (ret < 0)
+    return fail(error, "H264Encoder: " + avError(ret));
+  const uint8_t* src[4] = { data, nullptr, nullptr, nullptr };
+  const int src_stride[4] = { step, 0, 0, 0 };
+  sws_scale(m.sws, src, src_stride, 0, h, m.frame->data, m.frame->linesize);
+
+  const int kbps = m.pending_kbps.exchange(0);
+  if (kbps > 0 && kbps != m.params.bitrate_kbps)
+    m.applyBitrate(kbps);  // libx264.c: reconfig_encoder() -> x264_encoder_reconfig() on this frame
+  m.frame->pict_type = m.keyframe_requested.exchange(false) ? AV_PICTURE_TYPE_I : AV_PICTURE_TYPE_NONE;
+  m.frame->pts = m.frame_index++;
+
+  ret = avcodec_send_frame(m.ctx, m.frame);
+  if (ret < 0)
+    return fail(error, "libx264 rejected the frame: " + avError(ret));
+  ret = avcodec_receive_packet(m.ctx, m.pkt);
+  if (ret == AVERROR(EAGAIN))
+    return fail(error, "libx264 held the frame back (tune '" + m.params.tune +
+                           "' has lookahead or B-frames; use zerolatency for one packet per frame)");
+  if (ret < 0)
+    return fail(error, "libx264 failed to encode: " + avError(ret));
+  out->data.assign(m.pkt->data, m.pkt->data + m.pkt->size);
+  out->keyframe = (m.pkt->flags & AV_PKT_FLAG_KEY) != 0;
+  out->pts = pts;  // one in, one out: the packet belongs to this frame
+  av_packet_unref(m.pkt);
+  return true;
+}
+
+// ---- decoder -----------------------------------------------------------------------------------
+
+struct H264Decoder::Impl
+{
+  std::string encoding;
+  AVPixelFormat out_fmt = AV_PIX_FMT_NONE;
+  int out_bpp = 0;
+  AVCodecContext* ctx = nullptr;
+  AVPacket* pkt = nullptr;
+  AVFrame* frame = nullptr;
+  SwsContext* sws = nullptr;
+  std::string open_error;
+  DecodeStatus status = DecodeStatus::kWaitingForKeyframe;
+  bool waiting = true;
+  std::map<int, SpsInfo> sps;
+  std::map<int, int> pps_sps;
+  int prev_ref_frame_num = 0;
+
+  ~Impl()
+  {
+    avcodec_free_context(&ctx);
+    av_packet_free(&pkt);
+    av_frame_free(&frame);
+    sws_freeContext(sws);
+  }
+  void loseSync()
+  {
+    waiting = true;
+    if (ctx)
+      avcodec_flush_buffers(ctx);
+  }
+  bool report(DecodeStatus s, std::string* error, const std::string& what)
+  {
+    status = s;
+    return fail(error, what);
+  }
+};
+
+H264Decoder::H264Decoder(const std::string& encoding) : impl_(new Impl)
+{
+  quietLibav();
+  Impl& m = *impl_;
+  m.encoding = encoding;
+  if (encoding == "rgb8" || encoding == "bgr8" || encoding == "mono8")
+    m.out_fmt = pixelFormat(encoding, &m.out_bpp);
+  else
+    m.open_error = "H264Decoder: unsupported output encoding '" + encoding + "' (rgb8, bgr8, mono8)";
+  const AVCodec* codec = avcodec_find_decoder(AV_CODEC_ID_H264);
+  if (!codec)
+  {
+    m.open_error = "libavcodec has no H.264 decoder";
+    return;
+  }
+  m.ctx = avcodec_alloc_context3(codec);
+  m.pkt = av_packet_alloc();
+  m.frame = av_frame_alloc();
+  if (!m.ctx || !m.pkt || !m.frame)
+  {
+    m.open_error = "out of memory allocating the H.264 decoder";
+    return;
+  }
+  m.ctx->thread_count = 1;                   // frame threads would delay output by a frame each
+  m.ctx->flags |= AV_CODEC_FLAG_LOW_DELAY;  // no reorder buffer: our streams have no B-frames
+  const int ret = avcodec_open2(m.ctx, codec, nullptr);
+  if (ret < 0)
+  {
+    m.open_error = "cannot open libavcodec's H.264 decoder: " + avError(ret);
+    avcodec_free_context(&m.ctx);
+  }
+}
+
+H264Decoder::~H264Decoder() = default;
+
+DecodeStatus H264Decoder::status() const
+{
+  return impl_->status;
+}
+
+bool H264Decoder::waitingForKeyframe() const
+{
+  return impl_->waiting;
+}
+
+void H264Decoder::reset()
+{
+  impl_->loseSync();
+  impl_->status = DecodeStatus::kWaitingForKeyframe;
+}
+
+bool H264Decoder::decode(const uint8_t* data, size_t size, Frame* out, std::string* error)
+{
+  Impl& m = *impl_;
+  if (!m.open_error.empty() || !m.ctx)
+    return m.report(DecodeStatus::kError, error, m.open_error);
+  if (!data || size == 0 || !out)
+    return m.report(DecodeStatus::kError, error, "H264Decoder: empty packet or null output frame");
+
+  const std::vector<Nal> nals = splitNals(data, size);
+  if (nals.empty())
+    return m.report(DecodeStatus::kError, error, "not H.264 Annex B: no start code in " + std::to_string(size) + " bytes");
+  const Nal* slice = nullptr;
+  bool idr = false;
+  for (const Nal& n : nals)
+  {
+    if (n.type == 7)
+    {
+      int id = 0;
+      SpsInfo info;
+      if (parseSps(n, &id, &info))
+        m.sps[id] = info;
+    }
+    else if (n.type == 8)
+    {
+      int pps_id = 0, sps_id = 0;
+      if (parsePps(n, &pps_id, &sps_id))
+        m.pps_sps[pps_id] = sps_id;
+    }
+    else if (n.type == 1 || n.type == 5)
+    {
+      idr = idr || n.type == 5;
+      if (!slice)
+        slice = &n;
+    }
+  }
+
+  if (slice)
+  {
+    if (m.waiting && !idr)
+      return m.report(DecodeStatus::kWaitingForKeyframe, error, "waiting for keyframe");
+    // slice_header(): first_mb_in_slice, slice_type, pic_parameter_set_id, [colour_plane_id], frame_num
+    BitReader r(slice->payload, slice->size, 32);
+    r.ue();
+    r.ue();
+    const int pps_id = static_cast<int>(r.ue());
+    const auto pps = m.pps_sps.find(pps_id);
+    const auto sps = pps == m.pps_sps.end() ? m.sps.end() : m.sps.find(pps->second);
+    if (!r.ok() || sps == m.sps.end())
+    {
+      m.loseSync();
+      return m.report(DecodeStatus::kWaitingForKeyframe, error,
+                      "waiting for keyframe: slice refers to PPS " + std::to_string(pps_id) + ", never received");
+    }
+    if (sps->second.separate_colour_plane)
+      r.bits(2);
+    const int frame_num = static_cast<int>(r.bits(sps->second.log2_max_frame_num));
+    if (!r.ok())
+    {
+      m.loseSync();
+      return m.report(DecodeStatus::kError, error, "truncated slice header; waiting for keyframe");
+    }
+    const int max_frame_num = 1 << sps->second.log2_max_frame_num;
+    if (!idr && frame_num != m.prev_ref_frame_num && frame_num != (m.prev_ref_frame_num + 1) % max_frame_num)
+    {
+      const std::string what = "missing reference: frame_num " + std::to_string(frame_num) + " follows " +
+                               std::to_string(m.prev_ref_frame_num) +
+                               " (a reference frame was lost); waiting for keyframe";
+      m.loseSync();
+      return m.report(DecodeStatus::kMissingReference, error, what);
+    }
+    if (slice->ref_idc != 0)
+      m.prev_ref_frame_num = frame_num;
+  }
+
+  m.pkt->data = const_cast<uint8_t*>(data);  // not reference-counted: libavcodec copies it
+  m.pkt->size = static_cast<int>(size);
+  int ret = avcodec_send_packet(m.ctx, m.pkt);
+  m.pkt->data = nullptr;
+  m.pkt->size = 0;
+  if (ret < 0)
+  {
+    m.loseSync();
+    return m.report(DecodeStatus::kError, error, "H.264 decoder rejected the packet: " + avError(ret));
+  }
+  if (idr)
+    m.waiting = false;
+  ret = avcodec_receive_frame(m.ctx, m.frame);
+  if (ret == AVERROR(EAGAIN))
+    return m.report(DecodeStatus::kNoFrame, error,
+                    slice ? "no complete picture yet" : "no picture in this packet (parameter sets only)");
+  if (ret < 0)
+  {
+    m.loseSync();
+    return m.report(DecodeStatus::kError, error, "H.264 decoder failed: " + avError(ret));
+  }
+  if (m.frame->decode_error_flags != 0 || (m.frame->flags & AV_FRAME_FLAG_CORRUPT) != 0)
+  {
+    const int flags = m.frame->decode_error_flags;
+    av_frame_unref(m.frame);
+    m.loseSync();
+    return m.report(DecodeStatus::kError, error,
+                    "corrupt picture (decode error flags " + std::to_string(flags) + "); waiting for keyframe");
+  }
+
+  const int w = m.frame->width, h = m.frame->height;
+  const AVPixelFormat src_fmt = static_cast<AVPixelFormat>(m.frame->format);
+  m.sws = sws_getCachedContext(m.sws, w, h, src_fmt, w, h, m.out_fmt, SWS_BILINEAR, nullptr, nullptr, nullptr);
+  if (!m.sws)
+  {
+    av_frame_unref(m.frame);
+    return m.report(DecodeStatus::kError, error,
+                    std::string("libswscale cannot convert ") + av_get_pix_fmt_name(src_fmt) + " to " + m.encoding);
+  }
+  // YUV matrix and range as signalled (BT.601 limited range unless the stream says otherwise)
+  const bool full_range = m.frame->color_range == AVCOL_RANGE_JPEG || src_fmt == AV_PIX_FMT_YUVJ420P;
+  const int matrix = m.frame->colorspace == AVCOL_SPC_BT709 ? SWS_CS_ITU709 : SWS_CS_ITU601;
+  sws_setColorspaceDetails(m.sws, sws_getCoefficients(matrix), full_range ? 1 : 0,
+                           sws_getCoefficients(SWS_CS_DEFAULT), 1, 0, 1 << 16, 1 << 16);
+  out->width = w;
+  out->height = h;
+  out->encoding = m.encoding;
+  out->step = w * m.out_bpp;
+  out->data.resize(static_cast<size_t>(out->step) * h);
+  out->keyframe = idr;
+  uint8_t* dst[4] = { out->data.data(), nullptr, nullptr, nullptr };
+  const int dst_stride[4] = { out->step, 0, 0, 0 };
+  sws_scale(m.sws, m.frame->data, m.frame->linesize, 0, h, dst, dst_stride);
+  av_frame_unref(m.frame);
+  m.status = DecodeStatus::kFrame;
+  if (error)
+    error->clear();
+  return true;
+}
+
+}  // namespace overlay_manager

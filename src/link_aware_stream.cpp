@@ -1,0 +1,645 @@
+// One link-aware image stream (see link_aware_stream.h).
+#include "overlay_manager/link_aware_stream.h"
+
+#include "overlay_manager/ros_graph.h"
+#include "overlay_manager/subscriber_hosts.h"
+
+#include <cv_bridge/cv_bridge.h>
+#include <overlay_manager/StreamState.h>
+#include <sensor_msgs/image_encodings.h>
+#include <ros/network.h>
+#include <ros/xmlrpc_manager.h>
+
+#include <linux/sockios.h>
+#include <sys/ioctl.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+
+namespace overlay_manager
+{
+
+namespace
+{
+const double kNaN = std::numeric_limits<double>::quiet_NaN();
+const double kDiscoveryRetryS = 10.0;  ///< s between attempts to find the overlay node
+const char* const kNoOverlay = "no overlay node: paths unknown";
+
+double nanIfInf(double v)
+{
+  return std::isinf(v) ? kNaN : v;
+}
+
+/// A function run on a callback queue.
+class Task : public ros::CallbackInterface
+{
+public:
+  explicit Task(std::function<void()> fn) : fn_(std::move(fn)) {}
+  CallResult call() override
+  {
+    fn_();
+    return Success;
+  }
+
+private:
+  std::function<void()> fn_;
+};
+}  // namespace
+
+/// One subscribing node (several connections from one node count once).
+struct LinkAwareStream::Sub
+{
+  int connections = 0;
+  std::string host;  ///< short name or address as the master gave it; "" = not looked up
+  std::string path = paths::kUnknown;
+  double observed_cap_kbps = kNaN;
+  uint32_t backlog_bytes = 0;
+  uint32_t prev_backlog_bytes = 0;  ///< one delivery check earlier
+  ros::WallTime next_lookup;  ///< retry time after a failed lookupNode
+};
+
+StreamOptions readStreamOptions(const ros::NodeHandle& pnh, const std::string& format)
+{
+  StreamOptions o;
+  const std::string ns = pnh.getNamespace();
+  o.format = format.empty() ? pnh.param<std::string>("format", o.format) : format;
+  if (o.format != "jpeg" && o.format != "png" && (o.format != "h264" || format.empty()))
+    throw ParamError(ns + "/format: '" + o.format + "' is not jpeg or png (H.264 is the link_aware_h264 transport)");
+  o.png_level = pnh.param("png_level", o.png_level);
+  o.gop = pnh.param("gop", o.gop);
+  if (o.gop < 1)
+    throw ParamError(ns + "/gop: the keyframe interval must be >= 1 frame, got " + std::to_string(o.gop));
+  PolicyParams& p = o.policy;
+  p.max_video_kbps = pnh.param("max_video_kbps", p.max_video_kbps);
+  p.min_video_kbps = pnh.param("min_video_kbps", p.min_video_kbps);
+  p.video_share = pnh.param("video_share", p.video_share);
+  if (!(p.max_video_kbps > 0.0) || !(p.min_video_kbps > 0.0) || !(p.video_share > 0.0 && p.video_share <= 1.0))
+    throw ParamError(ns + ": need max_video_kbps > 0, min_video_kbps > 0 and 0 < video_share <= 1");
+  p.max_rate_hz = pnh.param("max_rate", p.max_rate_hz);
+  p.min_rate_hz = pnh.param("min_rate", p.min_rate_hz);
+  p.max_quality = pnh.param("max_quality", p.max_quality);
+  p.min_quality = pnh.param("min_quality", p.min_quality);
+  const std::map<std::string, std::string> keys = {
+      {paths::kDerp, "budget_kbps_derp"},       {paths::kPeerRelay, "budget_kbps_peer_relay"},
+      {paths::kIdle, "budget_kbps_idle"},       {paths::kUnknown, "budget_kbps_unknown"},
+      {paths::kOffline, "budget_kbps_offline"}, {paths::kDirect, "budget_kbps_direct"},
+      {paths::kLocal, "budget_kbps_local"}};
+  for (const auto& kv : keys)
+  {
+    const double dflt = p.budget_kbps.count(kv.first) ? p.budget_kbps[kv.first] : 0.0;
+    const double v = pnh.param(kv.second, dflt);
+    if (v > 0.0)
+      p.budget_kbps[kv.first] = v;
+    else
+      p.budget_kbps.erase(kv.first);
+  }
+  if (p.max_rate_hz <= 0.0 || p.min_quality < 1 || p.max_quality > 100 || p.min_quality > p.max_quality)
+    throw ParamError(ns + ": bad limits: need max_rate > 0 and 1 <= min_quality <= max_quality <= 100 (got max_rate=" +
+                     std::to_string(p.max_rate_hz) + ", min_quality=" + std::to_string(p.min_quality) +
+                     ", max_quality=" + std::to_string(p.max_quality) + ")");
+  o.adapt_to_delivery = pnh.param("adapt_to_delivery", o.adapt_to_delivery);
+  o.max_backlog_ms = pnh.param("max_backlog_ms", o.max_backlog_ms);
+  o.state_period = pnh.param("state_period", o.state_period);
+  if (!(o.state_period > 0.0))
+    throw ParamError(ns + "/state_period: must be > 0 s, got " + std::to_string(o.state_period));
+  o.peers_topic = pnh.param<std::string>("peers_topic", "");
+  return o;
+}
+
+LinkAwareStream::LinkAwareStream(const ros::NodeHandle& nh, const std::string& topic, const std::string& input_topic,
+                                 const StreamOptions& options)
+  : options_(options)
+  , topic_(topic)
+  , input_topic_(input_topic)
+  , own_host_(ros::network::getHost())
+  , policy_(options.policy)
+  , last_frame_bytes_(kNaN)
+  , last_encode_ms_(kNaN)
+{
+  control_nh_ = nh;
+  control_nh_.setCallbackQueue(&control_queue_);
+  window_start_ = ros::WallTime::now();
+  state_pub_ = control_nh_.advertise<StreamState>(topic_ + "/stream_state", 1, true);
+  timer_ = control_nh_.createWallTimer(ros::WallDuration(options_.state_period), &LinkAwareStream::onTimer, this);
+  spinner_.reset(new ros::AsyncSpinner(1, &control_queue_));
+}
+
+void LinkAwareStream::start()
+{
+  spinner_->start();
+  post([this] { publishState(); });
+}
+
+LinkAwareStream::~LinkAwareStream()
+{
+  stopping_ = true;
+  timer_.stop();
+  if (spinner_)
+    spinner_->stop();  // joins the control thread
+  control_queue_.disable();
+  control_queue_.clear();
+}
+
+void LinkAwareStream::stop()
+{
+  stopping_ = true;
+  timer_.stop();
+  state_pub_.shutdown();
+  peers_sub_.shutdown();
+}
+
+void LinkAwareStream::setOtherTopics(const std::vector<std::string>& topics)
+{
+  other_topics_ = topics;
+  std::lock_guard<std::mutex> lock(mutex_);
+  state_other_topics_ = topics;
+}
+
+void LinkAwareStream::post(std::function<void()> fn)
+{
+  if (!stopping_)
+    control_queue_.addCallback(boost::make_shared<Task>(std::move(fn)));
+}
+
+// ---- any thread -------------------------------------------------------------------------------
+
+void LinkAwareStream::subscriberConnected(const std::string& node)
+{
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    std::shared_ptr<Sub>& s = subs_[node];
+    if (!s)
+      s = std::make_shared<Sub>();
+    s->connections++;
+  }
+  keyframe_wanted_ = true;  // h264: the new subscriber decodes from the next frame on
+  post([this] { onChange(); });
+}
+
+void LinkAwareStream::subscriberDisconnected(const std::string& node)
+{
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = subs_.find(node);
+    if (it != subs_.end() && --it->second->connections <= 0)
+      subs_.erase(it);
+  }
+  post([this] { onChange(); });
+}
+
+// ---- control thread ---------------------------------------------------------------------------
+
+void LinkAwareStream::onChange()
+{
+  if (stopping_)
+    return;
+  if (hook_)
+    hook_();
+  if (stopping_)  // the hook may have stopped the stream
+    return;
+  ensurePeers();
+  resolveAndDecide();
+  publishState();
+}
+
+void LinkAwareStream::onTimer(const ros::WallTimerEvent&)
+{
+  try
+  {
+    bool any;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      any = !subs_.empty();
+    }
+    if (hook_)
+      hook_();
+    if (stopping_)
+      return;
+    if (any)
+    {
+      ensurePeers();
+      if (options_.adapt_to_delivery)
+        observeDelivery();
+      resolveAndDecide();
+    }
+    publishState();
+  }
+  catch (const std::exception& e)
+  {
+    ROS_ERROR_THROTTLE(10.0, "%s: stream_state period failed: %s", topic_.c_str(), e.what());
+  }
+}
+
+/// Finds the overlay node's ~peers (once there is a subscriber; retried every kDiscoveryRetryS) and
+/// subscribes to it; one warning when there is none, one when the topic stays silent.
+void LinkAwareStream::ensurePeers()
+{
+  const ros::WallTime now = ros::WallTime::now();
+  if (peers_sub_)
+  {
+    bool have;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      have = static_cast<bool>(peers_);
+    }
+    if (!have && !warned_silent_peers_ && now - peers_subscribed_at_ > ros::WallDuration(kDiscoveryRetryS))
+    {
+      warned_silent_peers_ = true;
+      ROS_WARN("%s: nothing arrived on %s for %.0f s (%u publishers): is the overlay node running? Until it "
+               "publishes, every remote subscriber's path is 'unknown'",
+               topic_.c_str(), peers_sub_.getTopic().c_str(), kDiscoveryRetryS, peers_sub_.getNumPublishers());
+    }
+    return;
+  }
+  if (now < next_discovery_)
+    return;
+  next_discovery_ = now + ros::WallDuration(kDiscoveryRetryS);
+  const PeersSource src = findPeersSource(options_.peers_topic, own_host_);
+  if (src.topic.empty())
+  {
+    if (!warned_no_overlay_)
+    {
+      warned_no_overlay_ = true;
+      ROS_WARN("%s: no overlay node found, so every remote subscriber's path is 'unknown' (tried %s; retrying every "
+               "%.0f s). Fix: run under robot.launch with overlay_env's environment (the overlay node is "
+               "/$OVERLAY_MANAGER_NS/overlay_manager), or set the parameter peers_topic to its ~peers",
+               topic_.c_str(), src.tried.c_str(), kDiscoveryRetryS);
+    }
+    return;
+  }
+  peers_sub_ = control_nh_.subscribe(src.topic, 1, &LinkAwareStream::onPeers, this);
+  peers_subscribed_at_ = now;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    peers_topic_ = src.topic;
+  }
+  ROS_INFO("%s: paths from %s (%s)", topic_.c_str(), src.topic.c_str(), src.how.c_str());
+}
+
+void LinkAwareStream::onPeers(const PeerListConstPtr& msg)
+{
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    peers_ = msg;
+  }
+  resolveAndDecide();
+}
+
+/// Looks up unresolved subscribers' machines (master lookupNode, blocking: no lock held), then maps
+/// every subscriber to a path with the latest ~peers and hands the result to the policy.
+void LinkAwareStream::resolveAndDecide()
+{
+  std::vector<std::string> todo;
+  PeerListConstPtr peers;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    const ros::WallTime now = ros::WallTime::now();
+    for (const auto& kv : subs_)
+      if (kv.second->host.empty() && kv.second->next_lookup <= now)
+        todo.push_back(kv.first);
+    peers = peers_;
+  }
+  std::map<std::string, std::string> found;
+  for (const std::string& node : todo)
+  {
+    const std::string host = nodeHost(node);
+    found[node] = host;
+    if (host.empty())
+      ROS_WARN_THROTTLE(10.0, "%s: cannot look up the machine of subscriber %s: treated as path unknown",
+                        topic_.c_str(), node.c_str());
+  }
+  std::vector<SubscriberView> views;
+  bool changed = false;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    const ros::WallTime now = ros::WallTime::now();
+    for (auto& kv : subs_)
+    {
+      Sub& s = *kv.second;
+      auto f = found.find(kv.first);
+      if (f != found.end())
+      {
+        s.host = f->second;
+        if (f->second.empty())
+          s.next_lookup = now + ros::WallDuration(5.0);
+      }
+      const std::string path = pathOfHost(s.host, own_host_, peers.get());
+      if (path != s.path)
+      {
+        changed = true;
+        s.observed_cap_kbps = kNaN;  // learnt on the old path
+      }
+      s.path = path;
+      SubscriberView v;
+      v.node = kv.first;
+      v.host = shortName(s.host, peers.get());
+      v.path = path;
+      v.observed_cap_kbps = s.observed_cap_kbps;
+      views.push_back(v);
+    }
+    policy_.setSubscribers(views);
+  }
+  if (changed)
+    publishState();
+}
+
+/// Per subscriber: bytes its TCP connection has not sent yet (SIOCOUTQNSD on the socket of its
+/// connection, found through this process's bus info). Unsent bytes pile up only when the
+/// connection cannot carry what the stream makes (bytes in flight on a long round trip do not
+/// count: those are latency, not a lack of capacity). A backlog above max_backlog_ms of stream
+/// lowers that subscriber's cap (nextObservedCap); every path is watched, direct included.
+void LinkAwareStream::observeDelivery()
+{
+  // This process's own getBusInfo (the XML-RPC call rosnode info makes), answered by roscpp's
+  // XML-RPC thread: connection id, subscriber caller id, direction, transport, topic, connected,
+  // transport info with the socket.
+  XmlRpc::XmlRpcValue args, result;
+  args[0] = ros::this_node::getName();
+  ros::XMLRPCManager& xm = *ros::XMLRPCManager::instance();
+  XmlRpc::XmlRpcClient* client = xm.getXMLRPCClient(hostOfUri(xm.getServerURI()), xm.getServerPort(), "/");
+  const bool ok = client->execute("getBusInfo", args, result);
+  xm.releaseXMLRPCClient(client);
+  if (!ok || result.getType() != XmlRpc::XmlRpcValue::TypeArray || result.size() < 3 ||
+      result[2].getType() != XmlRpc::XmlRpcValue::TypeArray)
+  {
+    ROS_WARN_THROTTLE(30.0, "%s: getBusInfo on this node failed: delivery is not observed", topic_.c_str());
+    return;
+  }
+  XmlRpc::XmlRpcValue& info = result[2];
+  std::map<std::string, uint32_t> backlog;
+  for (int i = 0; i < info.size(); ++i)
+  {
+    XmlRpc::XmlRpcValue& c = info[i];
+    if (c.getType() != XmlRpc::XmlRpcValue::TypeArray || c.size() < 7 || static_cast<std::string>(c[2]) != "o")
+      continue;
+    const std::string topic = static_cast<std::string>(c[4]);
+    if (topic != topic_ && std::find(other_topics_.begin(), other_topics_.end(), topic) == other_topics_.end())
+      continue;
+    const int fd = socketOfTransportInfo(static_cast<std::string>(c[6]));
+    int outq = 0;
+    if (fd >= 0 && ioctl(fd, SIOCOUTQNSD, &outq) == 0 && outq > 0)
+    {
+      uint32_t& b = backlog[static_cast<std::string>(c[1])];
+      b = std::max(b, static_cast<uint32_t>(outq));
+    }
+  }
+  std::lock_guard<std::mutex> lock(mutex_);
+  const double out_kbps = last_bitrate_kbps_;
+  bool backed_up = false;
+  for (auto& kv : subs_)
+  {
+    Sub& s = *kv.second;
+    auto b = backlog.find(kv.first);
+    s.prev_backlog_bytes = s.backlog_bytes;
+    s.backlog_bytes = b == backlog.end() ? 0 : b->second;
+    SubscriberView v;
+    v.path = s.path;
+    v.observed_cap_kbps = kNaN;
+    s.observed_cap_kbps = nextObservedCap(s.observed_cap_kbps, s.backlog_bytes, out_kbps, policy_.budgetFor(v),
+                                          options_.max_backlog_ms, s.prev_backlog_bytes);
+    // h264 skips frames while a queue holds more than max_backlog_ms of stream
+    backed_up = backed_up || (out_kbps > 0.0 && s.backlog_bytes * 8.0 / out_kbps > options_.max_backlog_ms);
+  }
+  if (options_.format == "h264")
+  {
+    if (backed_up_ && !backed_up)
+      keyframe_wanted_ = true;  // a subscriber whose ROS queue overflowed meanwhile resumes at once
+    backed_up_ = backed_up;
+  }
+}
+
+void LinkAwareStream::publishState()
+{
+  if (stopping_)
+    return;
+  StreamState st;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    const ros::WallTime now = ros::WallTime::now();
+    const double secs = std::max(1e-3, (now - window_start_).toSec());
+    if (secs >= 0.5)  // a fresh window at most twice a second; connect events reuse the last one
+    {
+      last_input_rate_ = window_in_ / secs;
+      last_output_rate_ = window_out_ / secs;
+      last_bitrate_kbps_ = window_bytes_ * 8.0 / 1000.0 / secs;
+      last_frame_bytes_ = window_out_ ? static_cast<double>(window_bytes_) / window_out_ : kNaN;
+      last_encode_ms_ = window_out_ ? window_encode_ms_ / window_out_ : kNaN;
+      last_keyframes_ = window_keyframes_;
+      last_skipped_ = window_skipped_;
+      window_keyframes_ = window_skipped_ = 0;
+      window_in_ = window_out_ = 0;
+      window_bytes_ = 0;
+      window_encode_ms_ = 0.0;
+      window_start_ = now;
+      policy_.setInputRate(last_input_rate_ > 0.0 ? last_input_rate_ : kNaN);
+    }
+    const Decision& d = policy_.decision();
+    st.header.stamp = ros::Time::now();
+    st.topic = topic_;
+    st.other_topics = state_other_topics_;
+    st.input_topic = input_topic_;
+    st.peers_topic = peers_ ? peers_topic_ : "";
+    const bool jpeg = options_.format == "jpeg";
+    const bool h264 = options_.format == "h264";
+    st.codec = options_.format;
+    st.format = last_format_;
+    st.quality = jpeg ? static_cast<uint8_t>(d.quality) : 0;
+    st.video_bitrate_kbps = h264 ? policy_.videoBitrateKbps() : kNaN;
+    st.keyframes = last_keyframes_;
+    st.skipped_frames = last_skipped_;
+    st.rate_hz = d.rate_hz;
+    st.input_rate_hz = last_input_rate_;
+    st.output_rate_hz = last_output_rate_;
+    st.bitrate_kbps = last_bitrate_kbps_;
+    st.frame_bytes = last_frame_bytes_;
+    st.encode_ms = last_encode_ms_;
+    st.budget_kbps = nanIfInf(d.budget_kbps);
+    st.limited_by = d.limited_by;
+    st.reason = peers_ ? d.reason : kNoOverlay;
+    for (const SubscriberView& v : policy_.subscribers())
+    {
+      StreamSubscriber s;
+      s.node = v.node;
+      s.host = v.host;
+      s.path = v.path;
+      s.budget_kbps = nanIfInf(policy_.budgetFor(v));
+      s.observed_cap_kbps = v.observed_cap_kbps;
+      auto it = subs_.find(v.node);
+      s.backlog_bytes = it == subs_.end() ? 0 : it->second->backlog_bytes;
+      s.quality = st.quality;
+      s.codec = options_.format;
+      s.codec_reason = h264 ? "subscribed to the link_aware_h264 transport (" + topic_ + ")" :
+                              "subscribed to " + topic_ + " (JPEG/PNG: every viewer decodes it)";
+      s.rate_hz = d.rate_hz;
+      s.bitrate_kbps = last_bitrate_kbps_;
+      st.subscribers.push_back(s);
+    }
+  }
+  st.input_subscribed = input_subscribed_.load();
+  state_pub_.publish(st);
+}
+
+// ---- frame thread -----------------------------------------------------------------------------
+
+bool LinkAwareStream::admitFrame(int* quality)
+{
+  const double now = ros::WallTime::now().toSec();
+  std::lock_guard<std::mutex> lock(mutex_);
+  ++window_in_;
+  const Decision& d = policy_.decision();
+  *quality = d.quality;
+  if (backed_up_)
+  {
+    ++window_skipped_;
+    return false;
+  }
+  // Frame gate: pass a frame when it is due; a 20 % early tolerance keeps a 30 Hz input at 30 Hz
+  // under a 30 Hz cap despite arrival jitter.
+  const double period = 1.0 / d.rate_hz;
+  if (now < next_due_ - 0.2 * period)
+    return false;
+  next_due_ = std::min(std::max(next_due_ + period, now), now + period);
+  return true;
+}
+
+void LinkAwareStream::frameSent(size_t bytes, int quality, double encode_ms, const std::string& format,
+                                bool keyframe)
+{
+  std::lock_guard<std::mutex> lock(mutex_);
+  ++window_out_;
+  window_keyframes_ += keyframe ? 1 : 0;
+  window_bytes_ += bytes;
+  window_encode_ms_ += encode_ms;
+  if (last_format_ != format)
+    last_format_ = format;
+  if (options_.format == "jpeg")
+    policy_.onFrameEncoded(bytes, quality);
+}
+
+sensor_msgs::CompressedImagePtr LinkAwareStream::encode(const sensor_msgs::Image& image, ImageEncoder& encoder,
+                                                        int* quality, double* encode_ms)
+{
+  if (!admitFrame(quality))
+    return sensor_msgs::CompressedImagePtr();
+  sensor_msgs::CompressedImagePtr out(new sensor_msgs::CompressedImage);
+  const auto t0 = std::chrono::steady_clock::now();
+  try
+  {
+    if (options_.format == "png")
+      encoder.encodePng(image, options_.png_level, *out);
+    else
+      encoder.encodeJpeg(image, *quality, *out);
+  }
+  catch (const std::exception& e)
+  {
+    ROS_ERROR_THROTTLE(10.0, "%s: cannot encode a frame from %s: %s", topic_.c_str(), input_topic_.c_str(), e.what());
+    return sensor_msgs::CompressedImagePtr();
+  }
+  *encode_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  return out;
+}
+
+sensor_msgs::ImagePtr decodeH264(const sensor_msgs::CompressedImage& message, H264Decoder& decoder,
+                                 const std::string& topic)
+{
+  if (message.format != "h264")
+  {
+    ROS_ERROR_THROTTLE(10.0, "%s: format '%s' is not h264", topic.c_str(), message.format.c_str());
+    return sensor_msgs::ImagePtr();
+  }
+  Frame frame;
+  std::string error;
+  if (!decoder.decode(message.data.data(), message.data.size(), &frame, &error))
+  {
+    if (decoder.status() == DecodeStatus::kError)
+      ROS_WARN_THROTTLE(10.0, "%s: %s (waiting for the next keyframe)", topic.c_str(), error.c_str());
+    else if (decoder.status() != DecodeStatus::kNoFrame)
+      ROS_DEBUG_THROTTLE(5.0, "%s: %s", topic.c_str(), error.c_str());
+    return sensor_msgs::ImagePtr();
+  }
+  sensor_msgs::ImagePtr out(new sensor_msgs::Image);
+  out->header = message.header;
+  out->width = frame.width;
+  out->height = frame.height;
+  out->encoding = frame.encoding;
+  out->step = frame.step;
+  out->is_bigendian = 0;
+  out->data.swap(frame.data);
+  return out;
+}
+
+sensor_msgs::CompressedImagePtr LinkAwareStream::encodeH264(const sensor_msgs::Image& image, H264Encoder& encoder,
+                                                            bool* keyframe, double* encode_ms)
+{
+  int quality = 0;
+  if (!admitFrame(&quality))
+    return sensor_msgs::CompressedImagePtr();
+  double kbps;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    kbps = policy_.videoBitrateKbps();
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  const uint8_t* pixels = image.data.data();
+  int step = static_cast<int>(image.step);
+  std::string encoding = image.encoding;
+  cv_bridge::CvImageConstPtr converted;
+  if (encoding != "rgb8" && encoding != "bgr8" && encoding != "mono8" && encoding != "rgba8" && encoding != "bgra8")
+  {
+    try
+    {
+      converted = cv_bridge::toCvCopy(image, sensor_msgs::image_encodings::isMono(encoding) ? "mono8" : "bgr8");
+    }
+    catch (const std::exception& e)
+    {
+      ROS_ERROR_THROTTLE(10.0, "%s: cannot convert a '%s' frame for H.264: %s", topic_.c_str(), encoding.c_str(),
+                         e.what());
+      return sensor_msgs::CompressedImagePtr();
+    }
+    pixels = converted->image.data;
+    step = static_cast<int>(converted->image.step[0]);
+    encoding = converted->encoding;
+  }
+  std::string error;
+  if (!encoder.isOpen())
+  {
+    H264Params params;
+    params.width = static_cast<int>(image.width);
+    params.height = static_cast<int>(image.height);
+    params.fps = options_.policy.max_rate_hz;
+    params.bitrate_kbps = static_cast<int>(kbps);
+    params.gop = options_.gop;
+    if (!encoder.open(params, &error))
+    {
+      ROS_ERROR_THROTTLE(10.0, "%s: cannot open the H.264 encoder: %s", topic_.c_str(), error.c_str());
+      return sensor_msgs::CompressedImagePtr();
+    }
+    applied_kbps_ = static_cast<int>(kbps);
+  }
+  else if (std::abs(kbps - applied_kbps_) > 0.05 * applied_kbps_)
+  {
+    encoder.setBitrate(static_cast<int>(kbps));  // on the fly: the same encoder, no reopen
+    applied_kbps_ = static_cast<int>(kbps);
+  }
+  if (keyframe_wanted_.exchange(false))
+    encoder.requestKeyframe();
+  Packet packet;
+  if (!encoder.encode(pixels, static_cast<int>(image.width), static_cast<int>(image.height), step, encoding,
+                      frame_count_++, &packet, &error))
+  {
+    ROS_ERROR_THROTTLE(10.0, "%s: cannot encode a frame from %s: %s", topic_.c_str(), input_topic_.c_str(),
+                       error.c_str());
+    keyframe_wanted_ = true;  // the decoders may have missed a reference
+    return sensor_msgs::CompressedImagePtr();
+  }
+  sensor_msgs::CompressedImagePtr out(new sensor_msgs::CompressedImage);
+  out->header = image.header;
+  out->format = "h264";
+  out->data.swap(packet.data);
+  *keyframe = packet.keyframe;
+  *encode_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  return out;
+}
+
+}  // namespace overlay_manager

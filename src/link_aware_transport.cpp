@@ -1,0 +1,221 @@
+// image_transport plugins of the `link_aware` and `link_aware_h264` transports: a camera driver that publishes through
+// image_transport::ImageTransport serves <image>/link_aware itself (sensor_msgs/CompressedImage,
+// compressed_image_transport's JPEG format, quality and rate fitted to the overlay paths of its
+// subscribers), beside raw and compressed, with no raw hop to another process; viewers subscribe with
+// `_image_transport:=link_aware` and get sensor_msgs/Image back.
+//
+// Publisher: parameters under <image>/link_aware/ (the names of readStreamOptions, e.g.
+// /camera/image_raw/link_aware/budget_kbps_derp); decisions on <image>/link_aware/stream_state.
+// image_transport calls publish() only while the topic has subscribers, so an unwatched camera costs
+// nothing but an idle control thread. Threads: publish() runs on the driver's thread(s) and encodes
+// there (one frame at a time, encode_mutex_); connect/disconnect callbacks run on the driver's
+// spinner and only update memory; master look-ups, ~peers and delivery checks run on the stream's
+// own control thread (LinkAwareStream), so a driver never waits on them.
+//
+// link_aware_h264: <image>/link_aware_h264, sensor_msgs/CompressedImage with format "h264", data one
+// H.264 Annex B access unit per message (keyframes carry SPS/PPS), header copied from the raw image;
+// parameters under <image>/link_aware_h264/, decisions on <image>/link_aware_h264/stream_state. The
+// encoder's bitrate follows the budget on the fly; a new subscriber gets a keyframe with the next
+// frame; while a subscriber's connection is backed up frames are not encoded at all (decodable).
+#include "overlay_manager/link_aware_stream.h"
+
+#include <image_transport/simple_publisher_plugin.h>
+#include <image_transport/simple_subscriber_plugin.h>
+#include <pluginlib/class_list_macros.hpp>
+#include <sensor_msgs/CompressedImage.h>
+
+#include <algorithm>
+#include <memory>
+#include <mutex>
+
+namespace overlay_manager
+{
+
+class LinkAwarePublisher : public image_transport::SimplePublisherPlugin<sensor_msgs::CompressedImage>
+{
+public:
+  ~LinkAwarePublisher() override
+  {
+    shutdown();       // no more connect callbacks
+    stream_.reset();  // then the control thread ends
+  }
+
+  std::string getTransportName() const override { return "link_aware"; }
+
+protected:
+  void advertiseImpl(ros::NodeHandle& nh, const std::string& base_topic, uint32_t queue_size,
+                     const image_transport::SubscriberStatusCallback& user_connect_cb,
+                     const image_transport::SubscriberStatusCallback& user_disconnect_cb,
+                     const ros::VoidPtr& tracked_object, bool latch) override
+  {
+    const std::string topic = nh.resolveName(getTopicToAdvertise(base_topic));
+    StreamOptions options;
+    try
+    {
+      options = readStreamOptions(ros::NodeHandle(topic));
+    }
+    catch (const ParamError& e)
+    {
+      // a plugin must not take the camera driver down: say what is wrong and stream with the defaults
+      ROS_ERROR("%s; %s uses the default settings until this is fixed", e.what(), topic.c_str());
+    }
+    stream_.reset(new LinkAwareStream(nh, topic, nh.resolveName(base_topic), options));
+    stream_->start();
+    SimplePublisherPlugin::advertiseImpl(nh, base_topic, queue_size, user_connect_cb, user_disconnect_cb,
+                                         tracked_object, latch);
+  }
+
+  void connectCallback(const ros::SingleSubscriberPublisher& pub) override
+  {
+    if (stream_)
+      stream_->subscriberConnected(pub.getSubscriberName());
+  }
+
+  void disconnectCallback(const ros::SingleSubscriberPublisher& pub) override
+  {
+    if (stream_)
+      stream_->subscriberDisconnected(pub.getSubscriberName());
+  }
+
+  void publish(const sensor_msgs::Image& message, const PublishFn& publish_fn) const override
+  {
+    if (!stream_)
+      return;
+    std::lock_guard<std::mutex> lock(encode_mutex_);
+    int quality = 0;
+    double encode_ms = 0.0;
+    sensor_msgs::CompressedImagePtr out = stream_->encode(message, encoder_, &quality, &encode_ms);
+    if (!out)
+      return;
+    publish_fn(*out);
+    stream_->frameSent(out->data.size(), quality, encode_ms, out->format);
+  }
+
+private:
+  std::unique_ptr<LinkAwareStream> stream_;
+  mutable std::mutex encode_mutex_;  ///< one frame at a time through encoder_
+  mutable ImageEncoder encoder_;
+};
+
+/// The link_aware_h264 publisher.
+class LinkAwareH264Publisher : public image_transport::SimplePublisherPlugin<sensor_msgs::CompressedImage>
+{
+public:
+  ~LinkAwareH264Publisher() override
+  {
+    shutdown();
+    stream_.reset();
+  }
+
+  std::string getTransportName() const override { return "link_aware_h264"; }
+
+protected:
+  void advertiseImpl(ros::NodeHandle& nh, const std::string& base_topic, uint32_t queue_size,
+                     const image_transport::SubscriberStatusCallback& user_connect_cb,
+                     const image_transport::SubscriberStatusCallback& user_disconnect_cb,
+                     const ros::VoidPtr& tracked_object, bool latch) override
+  {
+    const std::string topic = nh.resolveName(getTopicToAdvertise(base_topic));
+    StreamOptions options;
+    options.format = "h264";
+    try
+    {
+      options = readStreamOptions(ros::NodeHandle(topic), "h264");
+    }
+    catch (const ParamError& e)
+    {
+      ROS_ERROR("%s; %s uses the default settings until this is fixed", e.what(), topic.c_str());
+    }
+    stream_.reset(new LinkAwareStream(nh, topic, nh.resolveName(base_topic), options));
+    stream_->start();
+    // roscpp drops the oldest message of a full per-subscriber queue, which would break the
+    // decoder's reference chain: a queue of a second of video absorbs bursts, and the stream stops
+    // encoding (decodably) long before it fills (max_backlog_ms of unsent bytes)
+    const uint32_t queue = std::max<uint32_t>(queue_size, static_cast<uint32_t>(options.policy.max_rate_hz) + 1);
+    SimplePublisherPlugin::advertiseImpl(nh, base_topic, queue, user_connect_cb, user_disconnect_cb, tracked_object,
+                                         latch);
+  }
+
+  void connectCallback(const ros::SingleSubscriberPublisher& pub) override
+  {
+    if (stream_)
+      stream_->subscriberConnected(pub.getSubscriberName());  // also asks for a keyframe
+  }
+
+  void disconnectCallback(const ros::SingleSubscriberPublisher& pub) override
+  {
+    if (stream_)
+      stream_->subscriberDisconnected(pub.getSubscriberName());
+  }
+
+  void publish(const sensor_msgs::Image& message, const PublishFn& publish_fn) const override
+  {
+    if (!stream_)
+      return;
+    std::lock_guard<std::mutex> lock(encode_mutex_);
+    bool keyframe = false;
+    double encode_ms = 0.0;
+    sensor_msgs::CompressedImagePtr out = stream_->encodeH264(message, encoder_, &keyframe, &encode_ms);
+    if (!out)
+      return;
+    publish_fn(*out);
+    stream_->frameSent(out->data.size(), 0, encode_ms, out->format, keyframe);
+  }
+
+private:
+  std::unique_ptr<LinkAwareStream> stream_;
+  mutable std::mutex encode_mutex_;  ///< one frame at a time through encoder_
+  mutable H264Encoder encoder_;
+};
+
+/// Decodes <image>/link_aware_h264 to sensor_msgs/Image (bgr8). Frames before the first keyframe
+/// and after a lost reference are dropped until the next keyframe: never a smeared picture.
+class LinkAwareH264Subscriber : public image_transport::SimpleSubscriberPlugin<sensor_msgs::CompressedImage>
+{
+public:
+  std::string getTransportName() const override { return "link_aware_h264"; }
+
+protected:
+  void internalCallback(const sensor_msgs::CompressedImageConstPtr& message, const Callback& user_cb) override
+  {
+    sensor_msgs::ImagePtr image = decodeH264(*message, decoder_, getTopic());
+    if (image)
+      user_cb(image);
+  }
+
+private:
+  H264Decoder decoder_{"bgr8"};  ///< one subscription's callbacks never run concurrently
+};
+
+/// Decodes <image>/link_aware back to sensor_msgs/Image (the raw encoding named in the format).
+class LinkAwareSubscriber : public image_transport::SimpleSubscriberPlugin<sensor_msgs::CompressedImage>
+{
+public:
+  std::string getTransportName() const override { return "link_aware"; }
+
+protected:
+  void internalCallback(const sensor_msgs::CompressedImageConstPtr& message, const Callback& user_cb) override
+  {
+    sensor_msgs::ImagePtr image;
+    try
+    {
+      image = decoder_.decode(*message);
+    }
+    catch (const std::exception& e)
+    {
+      ROS_ERROR_THROTTLE(10.0, "%s: cannot decode a frame: %s", getTopic().c_str(), e.what());
+      return;
+    }
+    user_cb(image);
+  }
+
+private:
+  ImageDecoder decoder_;  ///< one subscription's callbacks never run concurrently
+};
+
+}  // namespace overlay_manager
+
+PLUGINLIB_EXPORT_CLASS(overlay_manager::LinkAwarePublisher, image_transport::PublisherPlugin)
+PLUGINLIB_EXPORT_CLASS(overlay_manager::LinkAwareSubscriber, image_transport::SubscriberPlugin)
+PLUGINLIB_EXPORT_CLASS(overlay_manager::LinkAwareH264Publisher, image_transport::PublisherPlugin)
+PLUGINLIB_EXPORT_CLASS(overlay_manager::LinkAwareH264Subscriber, image_transport::SubscriberPlugin)

@@ -1,0 +1,495 @@
+// Tests of the H.264 codec with the real libx264 (through libavcodec) and libavcodec's decoder, on
+// a real camera scene (OpenCV's vtest.avi, a pedestrian scene, scaled to 640x480) and on a
+// synthetic moving pattern.
+#include "overlay_manager/h264_codec.h"
+
+#include <gtest/gtest.h>
+#include <opencv2/core.hpp>
+#include <opencv2/imgproc.hpp>
+#include <opencv2/videoio.hpp>
+
+#include <algorithm>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+using overlay_manager::DecodeStatus;
+using overlay_manager::Frame;
+using overlay_manager::H264Decoder;
+using overlay_manager::H264Encoder;
+using overlay_manager::H264Params;
+using overlay_manager::Packet;
+using overlay_manager::h264NalTypes;
+
+namespace
+{
+const char* const kVtest = "/usr/share/doc/opencv-doc/examples/data/vtest.avi";
+constexpr int kW = 640;
+constexpr int kH = 480;
+
+/// The first 240 frames (8 s) of vtest.avi as 640x480 bgr8 (read once). Empty if the file is missing.
+const std::vector<cv::Mat>& realScene()
+{
+  static std::vector<cv::Mat> frames;
+  if (frames.empty())
+  {
+    cv::VideoCapture cap(kVtest);
+    cv::Mat raw;
+    while (frames.size() < 240 && cap.read(raw))
+    {
+      cv::Mat scaled;
+      cv::resize(raw, scaled, cv::Size(kW, kH), 0, 0, cv::INTER_AREA);
+      frames.push_back(scaled);
+    }
+  }
+  return frames;
+}
+
+/// A moving synthetic pattern: gradient background, a sliding bar grid and a moving disc.
+std::vector<cv::Mat> syntheticScene(int n, int w = kW, int h = kH)
+{
+  std::vector<cv::Mat> frames;
+  for (int i = 0; i < n; ++i)
+  {
+    cv::Mat m(h, w, CV_8UC3);
+    for (int y = 0; y < h; ++y)
+      for (int x = 0; x < w; ++x)
+        m.at<cv::Vec3b>(y, x) = cv::Vec3b(static_cast<uchar>((x + 3 * i) * 255 / (w + 300)),
+                                          static_cast<uchar>(y * 255 / h),
+                                          static_cast<uchar>(((x / 40 + y / 40 + i / 10) % 2) ? 200 : 60));
+    cv::circle(m, cv::Point(50 + 4 * i % (w - 100), h / 2), 40, cv::Scalar(20, 220, 240), -1);
+    cv::putText(m, "frame " + std::to_string(i), cv::Point(20, 40), cv::FONT_HERSHEY_SIMPLEX, 1.0,
+                cv::Scalar(255, 255, 255), 2);
+    frames.push_back(m);
+  }
+  return frames;
+}
+
+#define REQUIRE_REAL_SCENE()                                                                                  \
+  ASSERT_GE(realScene().size(), 240u) << kVtest << " missing or short: install opencv-doc (scripts/setup)"
+
+H264Params params640(int kbps = 1500)
+{
+  H264Params p;
+  p.width = kW;
+  p.height = kH;
+  p.bitrate_kbps = kbps;
+  return p;
+}
+
+Packet encodeOne(H264Encoder& enc, const cv::Mat& bgr, int64_t pts)
+{
+  Packet pkt;
+  std::string err;
+  EXPECT_TRUE(enc.encode(bgr.data, static_cast<int>(bgr.step), "bgr8", pts, &pkt, &err)) << err;
+  return pkt;
+}
+
+std::vector<Packet> encodeAll(const std::vector<cv::Mat>& frames, const H264Params& p)
+{
+  H264Encoder enc;
+  std::string err;
+  EXPECT_TRUE(enc.open(p, &err)) << err;
+  std::vector<Packet> out;
+  for (size_t i = 0; i < frames.size(); ++i)
+    out.push_back(encodeOne(enc, frames[i], static_cast<int64_t>(i)));
+  return out;
+}
+
+bool contains(const std::vector<int>& v, int x)
+{
+  return std::find(v.begin(), v.end(), x) != v.end();
+}
+
+/// SPS, then PPS, then an IDR slice.
+bool hasSpsPpsIdr(const Packet& p)
+{
+  const std::vector<int> t = h264NalTypes(p.data.data(), p.data.size());
+  const auto sps = std::find(t.begin(), t.end(), 7), pps = std::find(t.begin(), t.end(), 8),
+             idr = std::find(t.begin(), t.end(), 5);
+  return sps != t.end() && pps != t.end() && idr != t.end() && sps < pps && pps < idr;
+}
+
+cv::Mat asMat(const Frame& f)
+{
+  const int type = f.encoding == "mono8" ? CV_8UC1 : CV_8UC3;
+  return cv::Mat(f.height, f.width, type, const_cast<uint8_t*>(f.data.data()), f.step).clone();
+}
+
+/// PSNR over the Y, U and V planes of both pictures in 4:2:0 (weighted by sample count, as
+/// ffmpeg's psnr filter's "average"): the codec's own domain, without the colour conversion's loss.
+double yuvPsnr(const cv::Mat& bgr_a, const cv::Mat& bgr_b)
+{
+  cv::Mat a, b;
+  cv::cvtColor(bgr_a, a, cv::COLOR_BGR2YUV_I420);
+  cv::cvtColor(bgr_b, b, cv::COLOR_BGR2YUV_I420);
+  return cv::PSNR(a, b);
+}
+
+double averageBytes(const std::vector<Packet>& pkts, size_t from, size_t to)
+{
+  double sum = 0;
+  for (size_t i = from; i < to; ++i)
+    sum += pkts[i].data.size();
+  return sum / static_cast<double>(to - from);
+}
+}  // namespace
+
+TEST(H264Encoder, OnePacketPerFrameWithoutDelayOnBothScenes)
+{
+  REQUIRE_REAL_SCENE();
+  const std::vector<cv::Mat> synthetic = syntheticScene(60);
+  for (const std::vector<cv::Mat>* scene : { &realScene(), &synthetic })
+  {
+    H264Encoder enc;
+    H264Decoder dec("bgr8");
+    std::string err;
+    ASSERT_TRUE(enc.open(params640(), &err)) << err;
+    for (size_t i = 0; i < 60; ++i)
+    {
+      Packet pkt;
+      ASSERT_TRUE(enc.encode((*scene)[i].data, static_cast<int>((*scene)[i].step), "bgr8", 1000 + i, &pkt, &err))
+          << "frame " << i << ": " << err;
+      ASSERT_FALSE(pkt.data.empty()) << "frame " << i;
+      EXPECT_EQ(pkt.pts, static_cast<int64_t>(1000 + i));
+      // exactly one access unit: one picture's slices, never two pictures in one packet
+      const std::vector<int> t = h264NalTypes(pkt.data.data(), pkt.data.size());
+      EXPECT_TRUE(contains(t, 1) != contains(t, 5)) << "frame " << i;
+      // ... and the decoder returns that very picture at once (no reorder/lookahead delay)
+      Frame f;
+      ASSERT_TRUE(dec.decode(pkt.data.data(), pkt.data.size(), &f, &err)) << "frame " << i << ": " << err;
+      EXPECT_EQ(dec.status(), DecodeStatus::kFrame);
+      EXPECT_GT(cv::PSNR(asMat(f), (*scene)[i]), 28.0) << "decoded frame " << i << " is not source frame " << i;
+    }
+  }
+}
+
+TEST(H264Encoder, FirstPacketIsIdrWithSpsAndPpsAndGopIsKept)
+{
+  REQUIRE_REAL_SCENE();
+  H264Params p = params640();
+  p.gop = 30;
+  const std::vector<Packet> pkts = encodeAll(realScene(), p);
+  ASSERT_EQ(pkts.size(), realScene().size());
+  EXPECT_TRUE(pkts[0].keyframe);
+  EXPECT_TRUE(hasSpsPpsIdr(pkts[0]));
+  for (size_t i = 0; i < pkts.size(); ++i)
+  {
+    const std::vector<int> t = h264NalTypes(pkts[i].data.data(), pkts[i].data.size());
+    if (i % 30 == 0)
+      EXPECT_TRUE(pkts[i].keyframe) << "frame " << i << " should start a GOP";
+    if (pkts[i].keyframe)
+      EXPECT_TRUE(hasSpsPpsIdr(pkts[i])) << "keyframe " << i << " must repeat SPS/PPS in-band";
+    else
+      EXPECT_TRUE(contains(t, 1) && !contains(t, 5) && !contains(t, 7)) << "frame " << i;
+  }
+}
+
+TEST(H264Encoder, RequestKeyframeMakesTheNextPacketAnIdr)
+{
+  REQUIRE_REAL_SCENE();
+  H264Encoder enc;
+  std::string err;
+  ASSERT_TRUE(enc.open(params640(), &err)) << err;
+  for (int i = 0; i < 12; ++i)
+    EXPECT_EQ(encodeOne(enc, realScene()[i], i).keyframe, i == 0) << "frame " << i;
+  enc.requestKeyframe();
+  const Packet forced = encodeOne(enc, realScene()[12], 12);
+  EXPECT_TRUE(forced.keyframe);
+  EXPECT_TRUE(hasSpsPpsIdr(forced));
+  EXPECT_FALSE(encodeOne(enc, realScene()[13], 13).keyframe);
+}
+
+TEST(H264Encoder, SetBitrateChangesTheRateWithoutReopening)
+{
+  REQUIRE_REAL_SCENE();
+  H264Encoder enc;
+  std::string err;
+  ASSERT_TRUE(enc.open(params640(3000), &err)) << err;
+  const void* context = enc.codecContext();
+  std::vector<Packet> pkts;
+  for (size_t i = 0; i < 240; ++i)
+  {
+    // mid-GOP changes: a reopen would show as an IDR at frame 75 or 165
+    if (i == 75)
+      enc.setBitrate(500);
+    if (i == 165)
+      enc.setBitrate(3000);
+    pkts.push_back(encodeOne(enc, realScene()[i], static_cast<int64_t>(i)));
+    EXPECT_EQ(enc.codecContext(), context) << "frame " << i;
+  }
+  EXPECT_EQ(enc.params().bitrate_kbps, 3000);
+  EXPECT_FALSE(pkts[75].keyframe) << "the bit rate change restarted the encoder";
+  EXPECT_FALSE(pkts[165].keyframe) << "the bit rate change restarted the encoder";
+  const double high = averageBytes(pkts, 15, 75), low = averageBytes(pkts, 105, 165),
+               again = averageBytes(pkts, 180, 240);
+  auto kbps = [](double bytes) { return bytes * 8 * 30 / 1000; };
+  std::printf("[ measured ] 60-frame windows: 3000 kbit/s target %.0f, then 500: %.0f, then 3000 again: %.0f kbit/s\n",
+              kbps(high), kbps(low), kbps(again));
+  EXPECT_GT(high, 3.0 * low);
+  EXPECT_NEAR(kbps(high), 3000, 900);
+  EXPECT_NEAR(kbps(low), 500, 150);
+  // x264's average-bit-rate control lowers the rate within about half a second (the VBV caps it)
+  // but raises it over two to three seconds: the first 2.5 s after the raise already double it
+  EXPECT_GT(again, 2.0 * low);
+}
+
+TEST(H264Encoder, ResolutionChangeReopensWithAKeyframe)
+{
+  const std::vector<cv::Mat> big = syntheticScene(5), small = syntheticScene(5, 320, 240);
+  H264Encoder enc;
+  H264Decoder dec;
+  std::string err;
+  Packet pkt;
+  Frame f;
+  H264Params p = params640();
+  ASSERT_TRUE(enc.open(p, &err)) << err;
+  enc.setBitrate(800);
+  for (int i = 0; i < 5; ++i)
+  {
+    ASSERT_TRUE(enc.encode(big[i].data, kW, kH, static_cast<int>(big[i].step), "bgr8", i, &pkt, &err)) << err;
+    ASSERT_TRUE(dec.decode(pkt.data.data(), pkt.data.size(), &f, &err)) << err;
+  }
+  for (int i = 0; i < 5; ++i)
+  {
+    ASSERT_TRUE(enc.encode(small[i].data, 320, 240, static_cast<int>(small[i].step), "bgr8", 5 + i, &pkt, &err))
+        << err;
+    EXPECT_EQ(pkt.keyframe, i == 0);
+    ASSERT_TRUE(dec.decode(pkt.data.data(), pkt.data.size(), &f, &err)) << err;
+    EXPECT_EQ(f.width, 320);
+    EXPECT_EQ(f.height, 240);
+    EXPECT_GT(cv::PSNR(asMat(f), small[i]), 28.0);
+  }
+  EXPECT_EQ(enc.params().bitrate_kbps, 800) << "the reopen must keep the requested bit rate";
+}
+
+TEST(H264Encoder, OddSizeIsCroppedToEven)
+{
+  const std::vector<cv::Mat> odd = syntheticScene(3, 641, 481);
+  H264Params p;
+  p.width = 641;
+  p.height = 481;
+  H264Encoder enc;
+  H264Decoder dec("rgb8");
+  std::string err;
+  ASSERT_TRUE(enc.open(p, &err)) << err;
+  EXPECT_EQ(enc.codedWidth(), 640);
+  EXPECT_EQ(enc.codedHeight(), 480);
+  for (int i = 0; i < 3; ++i)
+  {
+    cv::Mat rgb;
+    cv::cvtColor(odd[i], rgb, cv::COLOR_BGR2RGB);
+    Packet pkt;
+    Frame f;
+    ASSERT_TRUE(enc.encode(rgb.data, static_cast<int>(rgb.step), "rgb8", i, &pkt, &err)) << err;
+    ASSERT_TRUE(dec.decode(pkt.data.data(), pkt.data.size(), &f, &err)) << err;
+    ASSERT_EQ(f.width, 640);
+    ASSERT_EQ(f.height, 480);
+    EXPECT_EQ(f.encoding, "rgb8");
+    EXPECT_GT(cv::PSNR(asMat(f), rgb(cv::Rect(0, 0, 640, 480))), 30.0) << "the crop must keep the top-left pixels";
+  }
+}
+
+TEST(H264Encoder, AcceptsEveryRawEncodingWithPaddedRows)
+{
+  const cv::Mat bgr = syntheticScene(1)[0];
+  struct Case
+  {
+    const char* encoding;
+    int code;  // cv::cvtColor code from bgr, -1 = none
+  };
+  for (const Case& c : { Case{ "bgr8", -1 }, Case{ "rgb8", cv::COLOR_BGR2RGB }, Case{ "bgra8", cv::COLOR_BGR2BGRA },
+                         Case{ "rgba8", cv::COLOR_BGR2RGBA }, Case{ "mono8", cv::COLOR_BGR2GRAY } })
+  {
+    cv::Mat img = bgr.clone();
+    if (c.code >= 0)
+      cv::cvtColor(bgr, img, c.code);
+    // rows padded by 64 bytes: the encoder must honour `step`
+    cv::Mat padded(kH, kW * static_cast<int>(img.elemSize()) + 64, CV_8UC1, cv::Scalar(0));
+    img.copyTo(cv::Mat(kH, kW, img.type(), padded.data, padded.step));
+    H264Encoder enc;
+    H264Decoder dec(c.code == cv::COLOR_BGR2GRAY ? "mono8" : "bgr8");
+    std::string err;
+    Packet pkt;
+    Frame f;
+    ASSERT_TRUE(enc.open(params640(), &err)) << err;
+    ASSERT_TRUE(enc.encode(padded.data, static_cast<int>(padded.step), c.encoding, 0, &pkt, &err)) << c.encoding << err;
+    ASSERT_TRUE(dec.decode(pkt.data.data(), pkt.data.size(), &f, &err)) << c.encoding << err;
+    cv::Mat expected = bgr;
+    if (c.code == cv::COLOR_BGR2GRAY)
+      expected = img;
+    EXPECT_GT(cv::PSNR(asMat(f), expected), 28.0) << c.encoding;
+  }
+}
+
+TEST(H264Encoder, BadInputIsRefusedWithAClearError)
+{
+  H264Encoder enc;
+  std::string err;
+  Packet pkt;
+  const std::vector<uint8_t> pixels(kW * kH * 3, 128);
+  EXPECT_FALSE(enc.encode(pixels.data(), kW * 3, "bgr8", 0, &pkt, &err));
+  EXPECT_NE(err.find("open()"), std::string::npos) << err;
+  H264Params p = params640();
+  p.preset = "warp-speed";
+  EXPECT_FALSE(enc.open(p, &err));
+  EXPECT_NE(err.find("warp-speed"), std::string::npos) << err;
+  p = params640();
+  p.bitrate_kbps = 0;
+  EXPECT_FALSE(enc.open(p, &err));
+  EXPECT_NE(err.find("bitrate_kbps"), std::string::npos) << err;
+  ASSERT_TRUE(enc.open(params640(), &err)) << err;
+  EXPECT_FALSE(enc.encode(pixels.data(), kW * 3, "yuv422", 0, &pkt, &err));
+  EXPECT_NE(err.find("yuv422"), std::string::npos) << err;
+  EXPECT_FALSE(enc.encode(pixels.data(), kW * 2, "bgr8", 0, &pkt, &err));
+  EXPECT_NE(err.find("step"), std::string::npos) << err;
+
+  H264Decoder dec;
+  Frame f;
+  const std::vector<uint8_t> garbage = { 0x12, 0x34, 0x56, 0x78, 0x9a };
+  EXPECT_FALSE(dec.decode(garbage.data(), garbage.size(), &f, &err));
+  EXPECT_EQ(dec.status(), DecodeStatus::kError);
+  EXPECT_FALSE(H264Decoder("yuv420").decode(garbage.data(), garbage.size(), &f, &err));
+  EXPECT_NE(err.find("yuv420"), std::string::npos) << err;
+}
+
+TEST(H264Decoder, RealSceneQualityAt1500Kbps)
+{
+  REQUIRE_REAL_SCENE();
+  const std::vector<Packet> pkts = encodeAll(realScene(), params640(1500));
+  H264Decoder dec;
+  double rgb = 0, yuv = 0, worst = 1e9;
+  size_t bytes = 0;
+  for (size_t i = 0; i < pkts.size(); ++i)
+  {
+    Frame f;
+    std::string err;
+    ASSERT_TRUE(dec.decode(pkts[i].data.data(), pkts[i].data.size(), &f, &err)) << "frame " << i << ": " << err;
+    const double psnr = yuvPsnr(asMat(f), realScene()[i]);
+    yuv += psnr;
+    worst = std::min(worst, psnr);
+    rgb += cv::PSNR(asMat(f), realScene()[i]);
+    bytes += pkts[i].data.size();
+  }
+  const double n = static_cast<double>(pkts.size());
+  std::printf("[ measured ] vtest 640x480 1500 kbit/s: %.0f kbit/s, PSNR YUV 4:2:0 mean %.2f dB (worst frame %.2f), "
+              "RGB %.2f dB\n",
+              bytes * 8.0 * 30 / n / 1000, yuv / n, worst, rgb / n);
+  EXPECT_GE(yuv / n, 38.0);
+  EXPECT_GE(worst, 36.0);
+  EXPECT_GE(rgb / n, 34.0);  // includes the 4:2:0 chroma subsampling of the colour conversion
+}
+
+TEST(H264Decoder, LateJoinerWaitsForTheNextKeyframe)
+{
+  REQUIRE_REAL_SCENE();
+  const std::vector<Packet> pkts = encodeAll(realScene(), params640());
+  H264Decoder dec;
+  std::string err;
+  Frame f;
+  EXPECT_TRUE(dec.waitingForKeyframe());
+  for (size_t i = 10; i < 30; ++i)
+  {
+    EXPECT_FALSE(dec.decode(pkts[i].data.data(), pkts[i].data.size(), &f, &err)) << "frame " << i;
+    EXPECT_EQ(dec.status(), DecodeStatus::kWaitingForKeyframe) << "frame " << i;
+    EXPECT_EQ(err, "waiting for keyframe");
+    EXPECT_TRUE(f.data.empty()) << "no picture before the keyframe";
+  }
+  ASSERT_TRUE(pkts[30].keyframe);
+  for (size_t i = 30; i < 90; ++i)
+  {
+    ASSERT_TRUE(dec.decode(pkts[i].data.data(), pkts[i].data.size(), &f, &err)) << "frame " << i << ": " << err;
+    EXPECT_EQ(f.keyframe, i % 30 == 0);
+    EXPECT_GT(cv::PSNR(asMat(f), realScene()[i]), 34.0) << "frame " << i;
+  }
+  EXPECT_FALSE(dec.waitingForKeyframe());
+}
+
+TEST(H264Decoder, SkippingToTheNextKeyframeGivesExactPictures)
+{
+  REQUIRE_REAL_SCENE();
+  const std::vector<Packet> pkts = encodeAll(realScene(), params640());
+  // reference: every packet decoded
+  H264Decoder full;
+  std::vector<cv::Mat> reference;
+  std::string err;
+  for (const Packet& p : pkts)
+  {
+    Frame f;
+    ASSERT_TRUE(full.decode(p.data.data(), p.data.size(), &f, &err)) << err;
+    reference.push_back(asMat(f));
+  }
+  // a sender that drops frames 10..29 (a congested link) and resumes at the keyframe 30
+  H264Decoder dec;
+  for (size_t i = 0; i < pkts.size(); ++i)
+  {
+    if (i >= 10 && i < 30)
+      continue;
+    Frame f;
+    ASSERT_TRUE(dec.decode(pkts[i].data.data(), pkts[i].data.size(), &f, &err)) << "frame " << i << ": " << err;
+    const cv::Mat got = asMat(f);
+    EXPECT_EQ(cv::norm(got, reference[i], cv::NORM_INF), 0.0)
+        << "frame " << i << " differs from an uninterrupted decode";
+  }
+}
+
+TEST(H264Decoder, PFrameWithoutItsReferenceIsReportedNotShown)
+{
+  REQUIRE_REAL_SCENE();
+  const std::vector<Packet> pkts = encodeAll(realScene(), params640());
+  H264Decoder full;
+  std::vector<cv::Mat> reference;
+  std::string err;
+  for (const Packet& p : pkts)
+  {
+    Frame f;
+    ASSERT_TRUE(full.decode(p.data.data(), p.data.size(), &f, &err)) << err;
+    reference.push_back(asMat(f));
+  }
+  H264Decoder dec;
+  Frame f;
+  for (size_t i = 0; i < 10; ++i)
+    ASSERT_TRUE(dec.decode(pkts[i].data.data(), pkts[i].data.size(), &f, &err)) << err;
+  // frame 10 is lost; 11 refers to it
+  f = Frame();
+  EXPECT_FALSE(dec.decode(pkts[11].data.data(), pkts[11].data.size(), &f, &err));
+  EXPECT_EQ(dec.status(), DecodeStatus::kMissingReference);
+  EXPECT_NE(err.find("missing reference"), std::string::npos) << err;
+  EXPECT_TRUE(f.data.empty());
+  EXPECT_TRUE(dec.waitingForKeyframe());
+  for (size_t i = 12; i < 30; ++i)
+  {
+    EXPECT_FALSE(dec.decode(pkts[i].data.data(), pkts[i].data.size(), &f, &err)) << "frame " << i;
+    EXPECT_EQ(dec.status(), DecodeStatus::kWaitingForKeyframe) << "frame " << i;
+  }
+  for (size_t i = 30; i < 60; ++i)
+  {
+    ASSERT_TRUE(dec.decode(pkts[i].data.data(), pkts[i].data.size(), &f, &err)) << "frame " << i << ": " << err;
+    EXPECT_EQ(cv::norm(asMat(f), reference[i], cv::NORM_INF), 0.0) << "frame " << i;
+  }
+}
+
+TEST(H264Decoder, RequestedKeyframeLetsALateJoinerStartAtOnce)
+{
+  REQUIRE_REAL_SCENE();
+  H264Encoder enc;
+  H264Decoder early, late;
+  std::string err;
+  ASSERT_TRUE(enc.open(params640(), &err)) << err;
+  Frame f;
+  for (int i = 0; i < 40; ++i)
+  {
+    if (i == 17)
+      enc.requestKeyframe();  // what the transport does when a subscriber joins
+    const Packet p = encodeOne(enc, realScene()[i], i);
+    ASSERT_TRUE(early.decode(p.data.data(), p.data.size(), &f, &err)) << err;
+    if (i >= 12)
+      EXPECT_EQ(late.decode(p.data.data(), p.data.size(), &f, &err), i >= 17) << "frame " << i << ": " << err;
+  }
+}
+
+int main(int argc, char** argv)
+{
+  testing::InitGoogleTest(&argc, argv);
+  return RUN_ALL_TESTS();
+}

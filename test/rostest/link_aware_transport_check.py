@@ -1,0 +1,175 @@
+#!/usr/bin/python3
+"""rostest: the link_aware image_transport plugins beside another /compressed publisher (see
+link_aware_transport.test).
+
+This node is the overlay node's ~peers (/robot1/overlay_manager/peers: this host 127.0.0.2 is the peer
+"laptop"), a raw-only camera on /rawcam/image_raw and the checks:
+exactly one publisher per camera topic (the master's getSystemState), held over several of the
+republisher's checks; the viewer (image_transport republish with the link_aware subscriber plugin)
+gets decoded frames from the driver's plugin, whose stream_state names the laptop and its path (the
+~peers found from $OVERLAY_MANAGER_NS) and lowers quality when the path turns derp; the standalone
+republisher serves /rawcam/image_raw/link_aware without a second /compressed publisher and found
+~peers through the master.
+"""
+import sys
+import threading
+import time
+import unittest
+
+import numpy as np
+import rosgraph
+import rospy
+import rostest
+from sensor_msgs.msg import CompressedImage, Image
+
+from overlay_manager import waiting
+from overlay_manager.msg import Peer, PeerList, StreamState
+
+CAM = "/camera/image_raw"
+RAWCAM = "/rawcam/image_raw"
+PEERS = "/robot1/overlay_manager/peers"
+WIDTH, HEIGHT = 640, 480
+
+# topic -> the one node that must publish it
+EXPECTED = {
+    CAM: "/camera_driver",
+    CAM + "/link_aware": "/camera_driver",
+    CAM + "/link_aware/stream_state": "/camera_driver",
+    CAM + "/compressed": "/compressed_standin",
+    RAWCAM + "/compressed": "/compressed_standin",
+    RAWCAM + "/link_aware": "/republisher",
+    RAWCAM + "/link_aware/stream_state": "/republisher",
+}
+
+
+def wait_for(what, predicate, timeout=20.0):
+    """overlay_manager.waiting.wait_for every 0.05 s; a timeout fails the test (AssertionError)."""
+    return waiting.wait_for(what, predicate, timeout, interval=0.05, error=AssertionError)
+
+
+def peers_msg(path):
+    msg = PeerList()
+    msg.header.stamp = rospy.Time.now()
+    msg.self_peer = Peer(name="robot1", dns_name="robot1.fleet.internal", addresses=["100.64.0.1"],
+                         online=True, path=Peer.PATH_SELF)
+    msg.peers = [Peer(name="laptop", dns_name="laptop.fleet.internal", addresses=["127.0.0.2"], online=True,
+                      active=True, path=path)]
+    return msg
+
+
+def camera_publishers():
+    """topic -> sorted publisher nodes, for every topic under /camera or /rawcam."""
+    pubs, _subs, _srvs = rosgraph.Master(rospy.get_name()).getSystemState()
+    return {t: sorted(nodes) for t, nodes in pubs if t.startswith((CAM, RAWCAM))}
+
+
+class LinkAwareTransport(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.peers_pub = rospy.Publisher(PEERS, PeerList, queue_size=1, latch=True)
+        cls.peers_pub.publish(peers_msg(Peer.PATH_DIRECT))
+        cls.lock = threading.Lock()
+        cls.states = {}
+        for topic in (CAM, RAWCAM):
+            rospy.Subscriber(topic + "/link_aware/stream_state", StreamState, cls._on_state, callback_args=topic)
+        cls.cam_pub = rospy.Publisher(RAWCAM, Image, queue_size=2)
+        cls.stop = threading.Event()
+        cls.cam = threading.Thread(target=cls._camera, daemon=True)
+        cls.cam.start()
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.stop.set()
+        cls.cam.join(timeout=2)
+
+    @classmethod
+    def _on_state(cls, msg, topic):
+        with cls.lock:
+            cls.states[topic] = msg
+
+    @classmethod
+    def _camera(cls):
+        rng = np.random.default_rng(3)
+        frame = rng.integers(0, 255, size=(HEIGHT, WIDTH, 3), dtype=np.uint8)
+        msg = Image(height=HEIGHT, width=WIDTH, encoding="rgb8", step=WIDTH * 3, data=frame.tobytes())
+        while not cls.stop.is_set() and not rospy.is_shutdown():
+            msg.header.stamp = rospy.Time.now()
+            cls.cam_pub.publish(msg)
+            time.sleep(1.0 / 15.0)
+
+    def state(self, topic):
+        with self.lock:
+            return self.states.get(topic)
+
+    def test_1_one_publisher_per_topic(self):
+        expected = dict(EXPECTED, **{RAWCAM: rospy.get_name()})  # this node is the raw-only camera
+
+        def as_expected():
+            pubs = camera_publishers()
+            return pubs if all(pubs.get(t) == [n] for t, n in expected.items()) else None
+
+        wait_for(f"exactly these publishers: {expected}", as_expected)
+        # hold it over several of the republisher's checks (check_period 1 s)
+        t_end = time.monotonic() + 4.0
+        while time.monotonic() < t_end:
+            pubs = camera_publishers()
+            for topic, nodes in pubs.items():
+                self.assertEqual(len(nodes), 1, f"{topic} has {len(nodes)} publishers: {nodes}")
+            for topic, node in expected.items():
+                self.assertEqual(pubs.get(topic), [node], f"{topic}: {pubs.get(topic)}")
+            time.sleep(0.25)
+
+    def test_2_viewer_decodes_the_driver_plugin_stream(self):
+        got = []
+        sub = rospy.Subscriber("/viewer/image", Image, got.append, queue_size=5, buff_size=2**24)
+        try:
+            img = wait_for("a decoded frame from the link_aware subscriber plugin on /viewer/image",
+                           lambda: got and got[-1], timeout=30)
+            self.assertEqual((img.width, img.height, img.encoding, img.step), (WIDTH, HEIGHT, "rgb8", WIDTH * 3))
+            self.assertEqual(img.header.frame_id, "camera")
+            px = np.frombuffer(bytes(img.data), np.uint8).reshape(HEIGHT, WIDTH, 3)
+            r, g, b = px[HEIGHT // 4, 40]
+            self.assertTrue(r > 200 and g < 60 and b < 60, f"red block decoded as {(r, g, b)}")
+            st = wait_for("the driver plugin's stream_state with the laptop on direct",
+                          lambda: self._with_path(CAM, Peer.PATH_DIRECT))
+            self.assertEqual(st.peers_topic, PEERS, "the plugin did not take ~peers from $OVERLAY_MANAGER_NS")
+            self.assertEqual(st.topic, CAM + "/link_aware")
+            self.assertEqual(st.format, "rgb8; jpeg compressed bgr8")
+            self.assertEqual(st.quality, 90)
+            self.assertEqual(st.subscribers[0].node, "/viewer")
+            self.peers_pub.publish(peers_msg(Peer.PATH_DERP))
+            st = wait_for("the driver plugin lowering quality for the laptop on derp",
+                          lambda: self._with_path(CAM, Peer.PATH_DERP, lambda s: s.quality < 90), timeout=20)
+            self.assertEqual((st.limited_by, st.reason), ("laptop", "path derp"))
+            self.assertAlmostEqual(st.budget_kbps, 4000.0)
+            n = len(got)
+            wait_for("frames still arriving on derp", lambda: len(got) > n + 5)
+        finally:
+            self.peers_pub.publish(peers_msg(Peer.PATH_DIRECT))
+            sub.unregister()
+
+    def test_3_republisher_serves_a_raw_camera_without_a_second_compressed(self):
+        got = []
+        sub = rospy.Subscriber(RAWCAM + "/link_aware", CompressedImage, got.append, queue_size=5, buff_size=2**24)
+        try:
+            m = wait_for(f"a frame on {RAWCAM}/link_aware", lambda: got and got[-1], timeout=30)
+            self.assertEqual(m.format, "rgb8; jpeg compressed bgr8")
+            st = wait_for("the republisher's stream_state with the laptop",
+                          lambda: self._with_path(RAWCAM, Peer.PATH_DIRECT))
+            self.assertEqual(st.peers_topic, PEERS, "the republisher did not find ~peers through the master")
+            self.assertEqual(list(st.other_topics), [], "it still says it publishes /compressed")
+            self.assertTrue(st.input_subscribed)
+            self.assertEqual(camera_publishers()[RAWCAM + "/compressed"], ["/compressed_standin"])
+        finally:
+            sub.unregister()
+
+    def _with_path(self, topic, path, extra=lambda s: True):
+        s = self.state(topic)
+        if s and s.subscribers and all(x.path == path for x in s.subscribers) and extra(s):
+            return s
+        return None
+
+
+if __name__ == "__main__":
+    rospy.init_node("link_aware_transport_check")
+    rostest.rosrun("overlay_manager", "link_aware_transport", LinkAwareTransport, sys.argv)
