@@ -2,10 +2,13 @@
 
     fleet [-f FLEET_FILE] [-d DEPLOY_DIR] COMMAND ...
 
-    init                 write/converge the headscale deployment (config, CA + cert, policy)
+    init                 write/converge the headscale deployment (config, CA + cert, policy,
+                         DERP map of the fleet's derp_regions)
     serve [--unit]       run headscale in the foreground (or print a systemd unit)
-    policy [--print]     regenerate the ACL policy, check it with headscale, swap it in, reload
-    bundle HOST|--all    write enrolment bundles (robot.yaml, ca.crt, auth.key 0600); a revoked
+    policy [--print]     regenerate the ACL policy (and the DERP map), check it with headscale,
+                         swap it in, reload
+    bundle HOST|--all    write enrolment bundles (robot.yaml, ca.crt, auth.key 0600; a derper
+                         host's also derper/: certificate, unit, mesh key); a revoked
                          host is refused: `rotate` it
     status [--json]      every host: state, last seen, expiries, tags, team
     revoke HOST          expire the host's node and key (--delete: also delete the node)
@@ -28,7 +31,7 @@ from ..validation import ConfigError, redact
 from ..waiting import wait_for
 from .bundle import nodes_named, write_bundle
 from .config import FleetConfig, FleetError, load_fleet
-from .deploy import Deployment, apply_policy, init_deployment
+from .deploy import Deployment, apply_policy, init_deployment, write_derp_map
 from .ops import fleet_status, revoke, rotate, sync_tags
 from .policy import render_policy
 
@@ -52,7 +55,7 @@ def _fmt_time(t: Optional[datetime], now: datetime) -> str:
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="fleet", description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter,
-                                epilog="\n".join(__doc__.split("\n")[4:12]))
+                                epilog="\n".join(__doc__.split("\n")[4:15]))
     p.add_argument("-f", "--fleet", default="fleet.yaml",
                    help="fleet file (default: ./fleet.yaml)")
     p.add_argument("-d", "--deployment", default="headscale",
@@ -153,6 +156,9 @@ WantedBy=multi-user.target""")
 
     if args.cmd == "policy":
         fleet = need_fleet()
+        if write_derp_map(dep.root, fleet):
+            print(f"DERP map written: {dep.derp_map_path} (headscale reads it when it starts: restart "
+                  "it; existing links keep their relays meanwhile)")
         res = apply_policy(dep, fleet)
         if not res.changed:
             print(f"policy unchanged: {dep.policy_path}")

@@ -75,12 +75,13 @@ def ensure_ca(tls_dir: Path, common_name: str, days: int) -> Tuple[Path, Path]:
 
 
 def ensure_server_cert(tls_dir: Path, ca_key: Path, ca_crt: Path, names: List[str],
-                       days: int) -> Tuple[Path, Path]:
-    """Issue ``tls_dir/server.{key,crt}`` for ``names`` (DNS names/IPs) signed by the CA.
+                       days: int, stem: str = "server") -> Tuple[Path, Path]:
+    """Issue ``tls_dir/<stem>.{key,crt}`` for ``names`` (DNS names/IPs) signed by the CA.
 
-    Kept as is when it exists with the same names and is valid for 30 more days.
+    Kept as is when it exists with the same names and is valid for 30 more days. ``stem``
+    "server" is the control server's; a derper's is ``derp-<host>``.
     """
-    key, crt, sans = tls_dir / "server.key", tls_dir / "server.crt", tls_dir / "server.names"
+    key, crt, sans = tls_dir / f"{stem}.key", tls_dir / f"{stem}.crt", tls_dir / f"{stem}.names"
     wanted = "\n".join(sorted(set(names))) + "\n"
     if (key.exists() and _valid_for(crt, RENEW_BEFORE_S) and sans.exists()
             and sans.read_text() == wanted):
