@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence
 
 from .. import children
+from ..ros_names import ros_namespace
 from ..waiting import tail
 from .core import Lab
 from .errors import LabError
@@ -59,6 +60,12 @@ def start_robot(lab: Lab, host: str, master: bool, launch_args: Sequence[str] = 
     return lab.popen(host, ["bash", "-c", line], env=ros_env(lab, host), log=log)
 
 
+def overlay_node(host: str) -> str:
+    """The overlay node of a lab host as robot.launch names it: ``/<ros namespace>/overlay_manager``
+    (``alpha-robot1`` -> ``/alpha_robot1/overlay_manager``)."""
+    return f"/{ros_namespace(host)}/overlay_manager"
+
+
 def _python() -> str:
     return sys.executable if sys.executable.startswith("/usr/bin") else "/usr/bin/python3"
 
@@ -80,9 +87,11 @@ def start_tool(lab: Lab, host: str, module_args: Sequence[str], name: str,
     return lab.popen(host, ["bash", "-c", line], env=full_env, log=Path(lab.host_dir(host)) / f"{name}.log")
 
 
-def start_camera(lab: Lab, host: str, topic: str = "/camera/image_raw", rate_hz: float = 30.0) -> subprocess.Popen:
-    """The lab camera (640x480 rgb8 sensor_msgs/Image at rate_hz) on host."""
-    return start_tool(lab, host, ["rosnodes", "camera", "--topic", topic, "--rate", str(rate_hz)],
+def start_camera(lab: Lab, host: str, topic: str = "/camera/image_raw", rate_hz: float = 30.0,
+                 width: int = 640, height: int = 480) -> subprocess.Popen:
+    """The lab camera (width x height rgb8 sensor_msgs/Image at rate_hz) on host."""
+    return start_tool(lab, host, ["rosnodes", "camera", "--topic", topic, "--rate", str(rate_hz),
+                                  "--width", str(width), "--height", str(height)],
                       f"camera{topic.replace('/', '_')}")
 
 
@@ -205,11 +214,11 @@ def start_master_then(lab: Lab, master: str, others: Sequence[str], procs: list,
     wait until each lists at least one peer. Started processes are appended to procs as they
     start, so the caller's finally can stop them (robots.stop) whatever fails."""
     procs.append(start_robot(lab, master, master=True))
-    peers(lab, master, timeout=90, node=f"/{master}/overlay_manager")
+    peers(lab, master, timeout=90, node=overlay_node(master))
     for h in others:
         procs.append(start_robot(lab, h, master=False))
     for h in others:
-        peers(lab, h, min_peers=1, timeout=timeout, node=f"/{h}/overlay_manager")
+        peers(lab, h, min_peers=1, timeout=timeout, node=overlay_node(h))
 
 
 @contextmanager
