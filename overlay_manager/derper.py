@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping, Optional, Tuple
 from urllib.parse import urlsplit
 
+from .monitor_types import ERROR, OK, Diagnostic
 from .validation import MISSING, Reader, shorten
 
 #: Seconds one read of derper's /debug/vars may take.
@@ -141,3 +142,20 @@ def derper_summary(settings: Optional[DerperSettings], state: DerperState) -> Tu
     return (f"derper{region}: {state.connections} connections ({state.home_connections} home), "
             f"{state.clients} clients, {state.bytes_received / 1e6:.1f} MB in / "
             f"{state.bytes_sent / 1e6:.1f} MB out", True)
+
+
+def derper_diagnostic(settings: Optional[DerperSettings], state: DerperState) -> Optional[Diagnostic]:
+    """The "DERP server" /diagnostics entry of a derper host: OK while derper answers (with its
+    counters), ERROR when it does not (its region is gone for the machines homed there); None on
+    machines without the ``derper`` key."""
+    if settings is None:
+        return None
+    text, ok = derper_summary(settings, state)
+    values = [("region", settings.region or "?"), ("url", settings.url),
+              ("listening", "true" if state.listening else "false")]
+    if state.listening:
+        values += [("connections", str(state.connections)), ("home_connections", str(state.home_connections)),
+                   ("clients", str(state.clients)), ("bytes_received", str(state.bytes_received)),
+                   ("bytes_sent", str(state.bytes_sent)), ("packets_received", str(state.packets_received)),
+                   ("packets_sent", str(state.packets_sent)), ("version", state.version or "?")]
+    return Diagnostic(OK if ok else ERROR, "DERP server", text, tuple(values))

@@ -11,8 +11,8 @@ wrong later (deployment, headscale, a host name given on the command line).
 
 This module reads the top level (fleet name, base domain, keys, log level) and puts the file
 together; the sections have their own modules: ``server`` in :mod:`.server`, ``teams`` and
-``hosts`` in :mod:`.teams`, ``relays`` in :mod:`.relays`, ``derp_regions`` in :mod:`.derp`. The values are in :mod:`.model` and
-are importable from here too.
+``hosts`` in :mod:`.teams`, ``relays`` in :mod:`.relays`, ``derp_regions`` in :mod:`.derp`. The
+values are in :mod:`.model` and are importable from here too.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, Optional, Union
 
 from ..validation import MISSING, ConfigError, Reader, is_dns_label, is_domain, load_yaml, shorten
+from .derp import parse_derp_regions
 from .model import (
     ROLE_TAGS,
     ROLES,
@@ -34,7 +35,6 @@ from .model import (
     Team,
     TlsConfig,
 )
-from .derp import parse_derp_regions
 from .relays import parse_relays
 from .server import load_server
 from .teams import load_teams

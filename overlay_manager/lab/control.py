@@ -13,11 +13,11 @@ from ..fleet import bundle, config, deploy
 from ..fleet.config import FleetConfig
 from ..fleet.deploy import Deployment
 from ..waiting import tail
+from .derpers import fleet_derp
 from .errors import LabError
 from .layout import RunLayout, tools_bin
 from .naming import Names
 from .processes import Processes
-from .derpers import fleet_derp
 from .relays import fleet_relays
 from .system import Echo, tcp_connect, wait_for
 

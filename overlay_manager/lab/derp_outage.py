@@ -17,7 +17,7 @@ import math
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from . import robots
 from .core import Lab
@@ -103,21 +103,24 @@ class Outage:
             "resume_after_restore_s": recovery_s(self.frames, self.t_restore, self.t_end, min_hz),
             "min_hz_after_10s_of_break": min(per_second_rates(self.frames, self.t_break + 10, self.t_restore) or [0]),
             "twist": {k: tw.get(k) for k in ("sent", "received", "rtt_p50_ms", "rtt_p99_ms", "rtt_max_ms")},
-            "path_changes": [f"{e['old']}->{e['new']} @{e['t'] - self.t_break:+.1f}s" for e in self.changes],
+            "path_changes": [f"{e['node']}: {e['peer']} {e['old']}->{e['new']}"
+                             + (f" ({e['derp_region']})" if e.get("derp_region") else "")
+                             + f" @{e['t'] - self.t_break:+.1f}s" for e in self.changes],
         }
 
 
-def run_outage(lab: Lab, sub: str, pub: str, sub_node: str, image: str, name: str, break_step: Step,
+def run_outage(lab: Lab, sub: str, pub: str, nodes: Sequence[str], image: str, name: str, break_step: Step,
                restore_step: Step, before_s: float, outage_s: float, after_s: float,
                first_frame_timeout: float = 60.0) -> Outage:
-    """Record the camera ``image`` at ``sub`` (and its node ``sub_node``) and run a Twist round
-    trip from ``sub`` through the echo on ``pub`` while ``break_step`` .. ``restore_step`` happens.
+    """Record the camera ``image`` at ``sub`` (and the ~peers/~path_changes of the overlay nodes
+    ``nodes``) and run a Twist round trip from ``sub`` through the echo on ``pub`` while
+    ``break_step`` .. ``restore_step`` happens.
 
     Raises:
         LabTimeout: no first frame within ``first_frame_timeout`` s.
         LabError: the recorder died.
     """
-    rec = robots.Recorder(lab, sub, image=image, nodes=[sub_node], name=f"record-{name}")
+    rec = robots.Recorder(lab, sub, image=image, nodes=list(nodes), name=f"record-{name}")
     broken = False
     twist: Dict[str, Any] = {}
     errors: List[str] = []

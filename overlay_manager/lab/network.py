@@ -11,8 +11,8 @@ from __future__ import annotations
 from dataclasses import asdict
 from typing import Any, Mapping, Optional
 
-from . import impair as impair_mod
 from . import derpers, nft, relays, system
+from . import impair as impair_mod
 from .errors import LabError
 from .layout import RunLayout
 from .spec import Impairment

@@ -10,11 +10,15 @@ Headscale's embedded DERP is off. Symmetric NATs on both sides: alpha-robot1 <->
 relayed (derp) through the regions. Tests, in order (one lab for the module; later tests build
 on earlier ones):
 
-1. the link is derp through one of the fleet's regions; both derpers count clients;
+1. the link is derp through one of the fleet's regions, and the nodes say which by name
+   (Peer.derp_region), list every region's latency (~status nat) and, on east-derp, report its
+   derper (~status derper_*, /diagnostics "DERP server"); every machine is a home client of one
+   of the derpers;
 2. headscale stopped (OUTAGE_S): the camera keeps >= MIN_HZ after at most 10 s, the Twist round
    trip keeps answering; headscale back;
 3. the derper of the region that carries the camera (alpha-op1's home) killed: alpha-op1
-   re-homes to the other region, the camera resumes within RESUME_BOUND_S; the derper back:
+   re-homes to the other region, the camera resumes within RESUME_BOUND_S, alpha-robot1's node
+   names the new region (~peers derp_region, a derp -> derp ~path_changes); the derper back:
    the camera keeps flowing;
 4. verify-clients: tailscale's derpprobe (clients with fresh node keys no tailnet knows) is
    refused by the fleet's derper, which logs "not authorized" (its STUN answers: the server is up).
@@ -37,6 +41,7 @@ REPO = Path(__file__).resolve().parents[2]
 SPEC = REPO / "config" / "lab" / "derp_campus.yaml"
 MASTER, OP = "alpha-robot1", "alpha-op1"
 DERPERS = {"east": "east-derp", "west": "west-derp"}
+NAMES = {"east": "East campus", "west": "West campus"}
 CAMERA = "/camera/image_raw"
 OUTAGE_S = 20.0         # headscale down (60 s in scripts/bench derp)
 KILL_S = 25.0           # one region's derper down
@@ -44,6 +49,7 @@ MIN_HZ = 15.0           # camera rate that counts as flowing (30 Hz sent, 320x24
                         # relayed rate dips when other work shares the 2 cores)
 HEADSCALE_BOUND_S = 10.0  # camera back at MIN_HZ after headscale stops (goal: no dip at all)
 RESUME_BOUND_S = 20.0   # camera back at MIN_HZ after a derper is killed
+NODES = [robots.overlay_node(OP), robots.overlay_node(MASTER)]   # whose ~peers/~path_changes are recorded
 MEASURED: Dict[str, Any] = {}
 
 
@@ -55,13 +61,13 @@ def _peer(lab: Any, host: str, peer: str) -> Dict[str, Any]:
 @pytest.fixture(scope="module")
 def campus(lab_factory):
     """The DERP campus up: derpers on east-derp and west-derp (their tailscaled enrolled first),
-    robot.launch on alpha-robot1 (master) and alpha-op1, the camera and the Twist echo on
-    alpha-robot1. Everything stopped by pid at the end."""
+    robot.launch on alpha-robot1 (master), alpha-op1 and east-derp (its node reports its derper),
+    the camera and the Twist echo on alpha-robot1. Everything stopped by pid at the end."""
     lab = lab_factory(SPEC)
     procs: List[Any] = []
     try:
         lab.start_derpers()
-        robots.start_master_then(lab, MASTER, [OP], procs)
+        robots.start_master_then(lab, MASTER, [OP, DERPERS["east"]], procs)
         procs.append(robots.start_camera(lab, MASTER, CAMERA, 30.0, width=320, height=240))
         procs.append(robots.start_echo(lab, MASTER))
         yield lab, procs
@@ -85,14 +91,34 @@ def test_link_is_relayed_through_a_fleet_region(campus):
     print(f"alpha-op1 -> alpha-robot1: {cli.path} via {cli.via}; home regions {homes}")
     assert cli.path == "derp" and cli.via in DERPERS, cli.output
     assert set(homes.values()) <= set(DERPERS), homes
-    for region, host in DERPERS.items():
-        st = lab.derpers.read(host)
-        assert st.listening and st.clients >= 1, (region, st)
+    # every machine keeps a connection to its home region's derper
+    states = {region: lab.derpers.read(host) for region, host in DERPERS.items()}
+    assert all(st.listening for st in states.values()), states
+    assert sum(st.home_connections for st in states.values()) >= 4, states
+    # the nodes name the region of the relayed link, and list every region's latency
+    want = NAMES[_peer(lab, OP, MASTER)["Relay"]]
+    msg = robots.peers(lab, OP, where=f"any(p['name'] == {MASTER!r} and p['derp_region'] == {want!r} "
+                                      "for p in m['peers'])", timeout=30, node=robots.overlay_node(OP))
+    st = robots.status(lab, OP, where="set(m['nat']['region_codes']) == {'east', 'west'}", timeout=90,
+                       node=robots.overlay_node(OP))
+    MEASURED["op_region_latency_ms"] = dict(zip(st["nat"]["region_codes"], st["nat"]["region_latency_ms"]))
+    assert st["nat"]["preferred_derp_name"] in NAMES.values(), st["nat"]
+    assert [p for p in msg["peers"] if p["name"] == DERPERS["east"]], msg
+    # east-derp's node reports its derper
+    node = robots.overlay_node(DERPERS["east"])
+    st = robots.status(lab, DERPERS["east"], where="m['derper_listening'] and m['derper_clients'] >= 2",
+                       timeout=60, node=node)
+    MEASURED["east_derper_status"] = st["derper_summary"]
+    assert st["derper_region"] == "east" and st["derper_summary"].startswith("derper region east:"), st
+    diag = robots.run_probe(lab, DERPERS["east"], ["collect", "/diagnostics", "diagnostic_msgs/DiagnosticArray",
+                                                   "--seconds", "3"], timeout=30)
+    entries = [s for d in diag["msgs"] for s in d["status"] if s["name"] == f"{node.lstrip('/')}: DERP server"]
+    assert entries and entries[-1]["level"] == 0, entries[-1:]
 
 
 def test_headscale_down_relayed_camera_keeps_flowing(campus):
     lab, _ = campus
-    out = run_outage(lab, OP, MASTER, robots.overlay_node(OP), CAMERA, "headscale",
+    out = run_outage(lab, OP, MASTER, NODES, CAMERA, "headscale",
                      ("headscale stopped", lab.headscale_stop), ("headscale started", lab.headscale_start),
                      before_s=5.0, outage_s=OUTAGE_S, after_s=5.0)
     m = out.summary(MIN_HZ)
@@ -111,7 +137,7 @@ def test_region_derper_killed_clients_rehome_camera_resumes(campus):
     before = home_region(lab, OP)
     victim = DERPERS[before]
     other = next(r for r in DERPERS if r != before)
-    out = run_outage(lab, OP, MASTER, robots.overlay_node(OP), CAMERA, f"derper-{before}",
+    out = run_outage(lab, OP, MASTER, NODES, CAMERA, f"derper-{before}",
                      (f"derper of region {before} ({victim}) killed", lambda: lab.stop_derper(victim)),
                      (f"derper of region {before} started", lambda: lab.start_derper(victim)),
                      before_s=5.0, outage_s=KILL_S, after_s=8.0)
@@ -125,6 +151,12 @@ def test_region_derper_killed_clients_rehome_camera_resumes(campus):
     # alpha-op1 moved to the other region, and alpha-robot1 reaches it there
     assert m["home_after"] == other, m
     assert _peer(lab, MASTER, OP).get("Relay") == other, _peer(lab, MASTER, OP)
+    # alpha-robot1's node names the region the link moved to
+    robots.peers(lab, MASTER, where=f"any(p['name'] == {OP!r} and p['derp_region'] == {NAMES[other]!r} "
+                                    "for p in m['peers'])", timeout=30, node=robots.overlay_node(MASTER))
+    moved = [e for e in out.changes if e["node"] == robots.overlay_node(MASTER) and e["peer"] == OP
+             and e["old"] == "derp" and e["new"] == "derp" and e["derp_region"] == NAMES[other]]
+    assert moved, m["path_changes"]
     # the region came back and the camera kept flowing after it
     assert m["resume_after_restore_s"] is not None and m["resume_after_restore_s"] <= 5.0, m
     assert lab.derpers.read(victim).listening
