@@ -11,7 +11,8 @@ i mod 2). Per phase: iperf3 TCP a<i> -> b<i> over the overlay, all pairs at once
 Mbit/s), then one 320x240 rgb8 30 Hz camera stream per pair at once (each pair its own roscore on
 a<i>; received Hz at b<i>). Homes are pinned with ``tailscale debug force-prefer-derp`` (then
 ``debug restun``) and checked in each host's status before measuring. Reports the two-region /
-one-region ratio per pair count and the derpers' CPU seconds.
+one-region ratio per pair count and, per phase, the CPU seconds of each derper and of all
+tailscaleds and the machine's busy share during iperf3 (where it saturates).
 
 ``outage`` (config/lab/derp_campus.yaml, as the system test with the goal's durations): the camera
 and a Twist round trip alpha-robot1 -> alpha-op1 over derp while headscale is down ``--outage``
@@ -57,19 +58,36 @@ def pin_home(lab: Lab, hosts: Sequence[str], region: str, timeout: float = 40.0)
                  interval=0.5, detail=lambda h=h: f"home now {home_region(lab, h)!r}")
 
 
-def derper_cpu_s(lab: Lab) -> Dict[str, float]:
-    """CPU seconds (user + system) each derper used so far, from /proc/<pid>/stat."""
+def _proc_cpu_s(pid: int) -> float:
+    """CPU seconds (user + system) process ``pid`` used so far (/proc/<pid>/stat); 0 if gone."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError):
+        return 0.0
+
+
+def cpu_sample(lab: Lab) -> Dict[str, float]:
+    """CPU seconds so far: each derper (by region), all tailscaleds together, and the machine's
+    busy and total time (/proc/stat, every core)."""
     out: Dict[str, float] = {}
-    tick = os.sysconf("SC_CLK_TCK")
     for region, host in DERPERS.items():
         proc = lab.procs.procs.get(f"derper:{host}")
-        if proc is None:
-            continue
-        try:
-            fields = Path(f"/proc/{proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
-            out[region] = (int(fields[11]) + int(fields[12])) / tick
-        except (OSError, IndexError, ValueError):
-            pass
+        if proc is not None:
+            out[f"derper_{region}"] = _proc_cpu_s(proc.pid)
+    out["tailscaleds"] = sum(_proc_cpu_s(p.pid) for k, p in lab.procs.procs.items() if k.startswith("tailscaled:"))
+    vals = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    tick = os.sysconf("SC_CLK_TCK")
+    idle = vals[3] + (vals[4] if len(vals) > 4 else 0)
+    out["machine_busy"], out["machine_total"] = (sum(vals) - idle) / tick, sum(vals) / tick
+    return out
+
+
+def cpu_delta(a: Dict[str, float], b: Dict[str, float]) -> Dict[str, float]:
+    """CPU seconds used between two samples, and the machine's busy share (0..1) in that time."""
+    out = {k: round(b[k] - a.get(k, 0.0), 2) for k in b if k not in ("machine_busy", "machine_total")}
+    total = b["machine_total"] - a["machine_total"]
+    out["machine_busy_share"] = round((b["machine_busy"] - a["machine_busy"]) / total, 2) if total > 0 else 0.0
     return out
 
 
@@ -144,13 +162,12 @@ def capacity(args: argparse.Namespace) -> Dict[str, Any]:
                         pin_home(lab, [f"a{i}", f"b{i}"], region)
                     for i in pairs:  # a first packet so every link is known to be derp
                         lab.ping(f"a{i}", f"b{i}", count=2, until_direct=False)
-                    cpu0 = derper_cpu_s(lab)
+                    cpu0 = cpu_sample(lab)
                     ip = iperf_pairs(lab, pairs, args.seconds)
-                    cpu1 = derper_cpu_s(lab)
+                    cpu1 = cpu_sample(lab)
                     cam = camera_pairs(lab, pairs, args.seconds)
                     phase = {"regions": 1 if layout == "one" else 2, "pairs": n, "iperf": ip, "camera": cam,
-                             "derper_cpu_s_during_iperf": {r: round(cpu1.get(r, 0) - cpu0.get(r, 0), 2)
-                                                           for r in cpu1},
+                             "cpu_s_during_iperf": cpu_delta(cpu0, cpu1),
                              "homes": {h: home_region(lab, h) for h in hosts}}
                     lab.echo(f"capacity: {json.dumps(phase)}")
                     out["phases"].append(phase)
@@ -210,12 +227,12 @@ def markdown(cmd: str, res: Dict[str, Any]) -> str:
     """A short Markdown summary of a result."""
     lines = []
     if cmd == "capacity":
-        lines += ["| regions | pairs | aggregate iperf3 Mbit/s | per pair | camera Hz per pair | derper CPU s |",
+        lines += ["| regions | pairs | aggregate iperf3 Mbit/s | per pair | camera Hz per pair | CPU s during iperf |",
                   "|---|---|---|---|---|---|"]
         for p in res["phases"]:
             lines.append(f"| {p['regions']} | {p['pairs']} | {p['iperf']['aggregate_mbps']} | "
                          f"{p['iperf']['per_pair_mbps']} | {p['camera']['per_pair_hz']} | "
-                         f"{p['derper_cpu_s_during_iperf']} |")
+                         f"{p['cpu_s_during_iperf']} |")
         lines.append(f"\ntwo regions / one region (aggregate): {res['two_over_one_region']}")
     else:
         lines += ["| scenario | baseline Hz | longest gap s | back at 25 Hz after s | min Hz from 10 s "

@@ -47,13 +47,20 @@ def longest_gap(times: List[float], start: float, end: float) -> float:
     return max(b - a for a, b in zip(edges, edges[1:])) if end > start else 0.0
 
 
-def recovery_s(times: List[float], event: float, end: float, min_hz: float, hold_s: int = 2) -> Optional[float]:
-    """Seconds from ``event`` to the start of the first run of ``hold_s`` whole seconds, each with
-    at least ``min_hz`` frames (a sliding 1-s window, 0.1 s steps); None when it never happens
-    before ``end``. 0.0 when the camera never dropped below ``min_hz``."""
+def recovery_s(times: List[float], event: float, end: float, min_hz: float, hold_s: int = 2,
+               stall_s: float = 1.0) -> Optional[float]:
+    """Seconds from ``event`` until the camera is back: the start of the first run of ``hold_s``
+    whole seconds, each with at least ``min_hz`` frames (a sliding 1-s window, 0.1 s steps),
+    that begins after the longest gap in [event, end] when that gap is ``stall_s`` or longer (so
+    frames still draining right after the event do not count as "never stopped"). None when it
+    never happens before ``end``; 0.0 when the camera neither stalled nor dropped below
+    ``min_hz``."""
     ts = sorted(t for t in times if t >= event)
+    edges = [event] + [t for t in ts if t <= end] + [end]
+    gap, gap_end = max(((b - a, b) for a, b in zip(edges, edges[1:])), default=(0.0, event))
+    start = gap_end - 1.0 if gap >= stall_s else event  # the first window may hold the gap's last second
     step = 0.1
-    k = 0
+    k = max(0, int(math.ceil((start - event) / step)))
     while event + k * step + hold_s <= end:
         t0 = event + k * step
         ok = all(sum(1 for t in ts if t0 + j <= t < t0 + j + 1) >= min_hz for j in range(hold_s))
@@ -101,6 +108,11 @@ class Outage:
             "gap_after_restore_s": round(longest_gap(self.frames, self.t_restore, self.t_end), 2),
             "resume_after_break_s": recovery_s(self.frames, self.t_break, self.t_restore, min_hz),
             "resume_after_restore_s": recovery_s(self.frames, self.t_restore, self.t_end, min_hz),
+            # the same against half the baseline rate (a busy machine's baseline may be below min_hz)
+            "resume_half_baseline_after_break_s": recovery_s(self.frames, self.t_break, self.t_restore,
+                                                             0.5 * self.baseline_hz()),
+            "zero_seconds_after_break": sum(1 for r in per_second_rates(self.frames, self.t_break, self.t_restore)
+                                            if r == 0),
             "min_hz_after_10s_of_break": min(per_second_rates(self.frames, self.t_break + 10, self.t_restore) or [0]),
             "twist": {k: tw.get(k) for k in ("sent", "received", "rtt_p50_ms", "rtt_p99_ms", "rtt_max_ms")},
             "path_changes": [f"{e['node']}: {e['peer']} {e['old']}->{e['new']}"
