@@ -135,7 +135,8 @@ def test_tags_and_policy_make_every_machine_visible_to_derper_hosts() -> None:
 
 
 def test_derper_args_and_unit_from_the_template() -> None:
-    f = fleet_with({"east": {**EAST, "servers": [EAST["servers"][0], {"host": "west-derp", "address": "10.231.13.10"}]}})
+    two = [EAST["servers"][0], {"host": "west-derp", "address": "10.231.13.10"}]
+    f = fleet_with({"east": {**EAST, "servers": two}})
     reg = f.derp_regions["east"]
     assert reg.meshed
     args = derp.derper_args(reg.servers[0], reg, certdir="/c", socket="/s.sock", mesh_key_file="/c/mesh.key")
@@ -230,3 +231,53 @@ def test_derper_vars_parsing_and_summary() -> None:
 def test_example_fleet_file_documents_regions() -> None:
     f = load_fleet(REPO / "config" / "fleet.example.yaml")
     assert f.derp_regions, "config/fleet.example.yaml documents the derp_regions section"
+
+
+# ----- the lab spec's derp section ------------------------------------------------------------------
+LAB: Dict[str, Any] = {
+    "name": "derptest",
+    "buildings": {
+        "east": {"nat": "public", "hosts": {"east-derp": {"team": "alpha", "role": "base_station"}}},
+        "north": {"nat": "adpm-adpf", "hosts": {"alpha-robot1": {"team": "alpha"},
+                                                "alpha-op1": {"team": "alpha", "role": "operator"}}},
+    },
+    "derp": {"embedded": False, "regions": {"east": {"id": 901, "name": "East campus", "servers": ["east-derp"]}}},
+}
+
+
+def test_lab_spec_derp_and_fleet_file() -> None:
+    import copy
+
+    from overlay_manager.lab.control import fleet_dict
+    from overlay_manager.lab.naming import Names
+    from overlay_manager.lab.spec import DerpRegionSpec, parse_spec, spec_to_dict
+
+    spec = parse_spec(copy.deepcopy(LAB), "lab.yaml")
+    assert not spec.derp.embedded
+    assert spec.derp.regions == {"east": DerpRegionSpec("east", 901, "East campus", ("east-derp",))}
+    assert parse_spec(spec_to_dict(spec), "lab.yaml") == spec
+    f = load_fleet_dict(fleet_dict(Names(spec, "t1")), "lab-fleet")
+    s = f.derp_regions["east"].servers[0]
+    assert (s.host, s.address, s.hostname) == ("east-derp", Names(spec, "t1").host_address("east-derp"),
+                                               "east-derp.campus.internal")
+    assert not f.server.derp.embedded and "tag:derp" in f.host_tags("east-derp")
+
+
+@pytest.mark.parametrize("derp_section,key", [
+    ({"regions": {"east": {"id": 901, "servers": ["alpha-robot1"]}}}, "derp.regions.east.servers[0]"),  # not public
+    ({"regions": {"east": {"id": 901, "servers": ["nobody"]}}}, "derp.regions.east.servers[0]"),
+    ({"regions": {"east": {"id": 999, "servers": ["east-derp"]}}}, "derp.regions.east.id"),  # the embedded id
+    ({"regions": {"east": {"id": 901, "servers": []}}}, "derp.regions.east.servers"),
+    ({"embedded": False}, "derp.embedded"),
+    ({"regions": {"east": {"id": 901, "servers": ["east-derp"], "port": 1}}}, "derp.regions.east.port"),
+])
+def test_lab_spec_derp_errors(derp_section: Any, key: str) -> None:
+    import copy
+
+    from overlay_manager.lab.spec import parse_spec
+
+    data = copy.deepcopy(LAB)
+    data["derp"] = derp_section
+    with pytest.raises(ConfigError) as e:
+        parse_spec(data, "lab.yaml")
+    assert e.value.key == key and str(e.value).startswith(f"lab.yaml: {key}: ")
