@@ -10,6 +10,7 @@ import os
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
+from .derper import DerperSettings, parse_derper_settings
 from .relay import RelaySettings, parse_relay_settings
 from .validation import (
     ACL_TAG,
@@ -91,6 +92,7 @@ class RobotConfig:
     tailscale: TailscaleSettings = field(default_factory=TailscaleSettings)
     node: NodeSettings = field(default_factory=NodeSettings)
     relay: Optional[RelaySettings] = None  # serve a peer relay from this machine (None = no)
+    derper: Optional[DerperSettings] = None  # this machine runs a fleet derper (None = no)
 
     @property
     def fqdn(self) -> str:
@@ -136,7 +138,8 @@ def _section(source: str, prefix: str, raw: Any, cls: Any) -> Any:
 
 
 _REQUIRED = ("hostname", "login_server", "base_domain", "master")
-_OPTIONAL = ("auth_key_file", "tags", "ca_cert", "master_port", "tailscale", "node", "relay")
+_OPTIONAL = ("auth_key_file", "tags", "ca_cert", "master_port", "tailscale", "node", "relay",
+             "derper")
 
 
 def parse_robot_config(raw: Any, source: str, base_dir: Optional[str] = None) -> RobotConfig:
@@ -180,6 +183,7 @@ def parse_robot_config(raw: Any, source: str, base_dir: Optional[str] = None) ->
         master=master, auth_key_file=r.path(data.get("auth_key_file"), "auth_key_file", base),
         tags=tuple(tags), ca_cert=r.path(data.get("ca_cert"), "ca_cert", base), master_port=port,
         tailscale=ts, node=node, relay=parse_relay_settings(r, data.get("relay")),
+        derper=parse_derper_settings(r, data.get("derper")),
     )
 
 

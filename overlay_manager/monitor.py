@@ -26,6 +26,7 @@ from typing import Callable, Dict, FrozenSet, List, Optional, Set
 
 from . import firewall, links, sockets
 from .config import RobotConfig
+from .derper import DerperState, derper_diagnostic, read_derper
 from .diagnose import (
     MALFORMED_FIX,
     PeerDiagnostics,
@@ -48,7 +49,7 @@ from .monitor_types import (
     Reading,
     WaitResult,
 )
-from .nat import NatInfo, derp_regions, parse_netcheck
+from .nat import NatInfo, derp_region_names, parse_netcheck
 from .peers import (
     PATH_DIRECT,
     PATH_PEER_RELAY,
@@ -63,6 +64,7 @@ from .peers import (
     path_changes,
     ping_path,
     with_latency,
+    with_region_names,
 )
 from .relay import RelayServerState, sync_relay
 from .ros_env import RosEnv, compute_env
@@ -98,6 +100,11 @@ class OverlayMonitor:
         self._latency: Dict[str, float] = {}     # key: dns_name or name -> ms
         self._lock = threading.Lock()
         self._regions: Dict[int, str] = {}
+        # DERP region code -> readable name (DERP map; overlay-netcheck, one assignment)
+        self.region_names: Dict[str, str] = {}
+        self._names_by_id: Dict[int, str] = {}
+        # this machine's derper as last read (overlay-derper thread; one assignment)
+        self.derper_state = DerperState(error="not read yet") if cfg.derper else DerperState()
         self._hosts = ManagedHosts(cfg.node.hosts_file)  # the poll thread's (node.manage_hosts)
         self._pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="overlay-ping")
         self._pings: Set[Future] = set()          # in-flight ping_watched futures (cancelled by close)
@@ -136,7 +143,7 @@ class OverlayMonitor:
         self._poll_started = self.clock()
         try:
             raw = self.api.status(timeout=STATUS_TIMEOUT_S, decoder=self._decoder)
-            snap = parse_status(raw, self._parse_cache)
+            snap = with_region_names(parse_status(raw, self._parse_cache), self.region_names)
         except TailscaleError as exc:
             return self._failed(old, str(exc), isinstance(exc, TailscaledNotRunning))
         except Exception as exc:  # noqa: BLE001 - whatever tailscaled sends must not stop polling
@@ -213,10 +220,16 @@ class OverlayMonitor:
         """Run a NAT check (tailscale netcheck) and keep the result; failures keep the old one."""
         from .enrolment import tailscale_env
         try:
-            if not self._regions:
-                self._regions = derp_regions(self.api.derp_map())
+            try:  # the map changes when regions are added: read it every check
+                info = derp_region_names(self.api.derp_map())
+                self._regions = {rid: code for rid, (code, _) in info.items()}
+                self._names_by_id = {rid: name for rid, (_, name) in info.items()}
+                self.region_names = {code: name for code, name in info.values() if name}
+            except TailscaleError:
+                if not self._regions:
+                    raise
             report = netcheck(self.cfg.tailscale.cli, self.api.socket_path, env=tailscale_env(self.cfg))
-            self.nat = parse_netcheck(report, self._regions)
+            self.nat = parse_netcheck(report, self._regions, self._names_by_id)
         except TailscaleError as exc:
             self.nat = replace(self.nat, summary=f"NAT check failed: {exc}")
         return self.nat
@@ -228,6 +241,14 @@ class OverlayMonitor:
         to say). Blocks on the LocalAPI (bounded), so only the overlay-relay thread calls it."""
         self.relay_state, note = sync_relay(self.api, self.cfg.relay)
         return note
+
+    # ----- this machine as a DERP server ------------------------------------------------------
+    def refresh_derper(self) -> DerperState:
+        """Read this machine's derper (robot config ``derper``) into :attr:`derper_state`; one
+        bounded HTTP read to localhost, so only the overlay-derper thread calls it."""
+        if self.cfg.derper is not None:
+            self.derper_state = read_derper(self.cfg.derper)
+        return self.derper_state
 
     def relay_diagnostic(self) -> Optional[Diagnostic]:
         """The "peer relay" entry (diagnose.relay_diagnostic); None on machines that are not relays."""
@@ -418,6 +439,9 @@ class OverlayMonitor:
         bridge = rosbridge_diagnostic(self.rosbridge, snap.self_peer.addresses if snap.self_peer else ())
         if bridge is not None:
             out.append(bridge)
+        derper = derper_diagnostic(self.cfg.derper, self.derper_state)
+        if derper is not None:
+            out.append(derper)
         required = self.required_peers()
         out.extend(missing_required(required, snap))
         out.extend(self._peer_diags.entries(snap.peers, required, self.nat))

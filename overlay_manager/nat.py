@@ -10,9 +10,24 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Dict, Mapping, Optional
+from typing import Any, Dict, Mapping, Optional, Tuple
 
 from .peers import _int, _str, finite_ms
+
+
+def derp_region_names(derp_map: Mapping[str, Any]) -> Dict[int, Tuple[str, str]]:
+    """tailcfg.DERPMap dict -> {region id: (region code, readable name)} (name "" when absent)."""
+    out: Dict[int, Tuple[str, str]] = {}
+    regions = derp_map.get("Regions")
+    if isinstance(regions, dict):
+        for key, reg in regions.items():
+            if isinstance(reg, dict):
+                try:
+                    rid = int(reg.get("RegionID", key))
+                except (TypeError, ValueError, OverflowError):
+                    continue
+                out[rid] = (_str(reg, "RegionCode") or str(rid), _str(reg, "RegionName"))
+    return out
 
 
 def derp_regions(derp_map: Mapping[str, Any]) -> Dict[int, str]:
@@ -42,6 +57,10 @@ class NatInfo:
     preferred_derp: str = ""
     preferred_derp_latency_ms: float = math.nan
     summary: str = "NAT not checked yet"
+    preferred_derp_name: str = ""
+    """Readable name of the home region ("" = unknown)."""
+    region_latency: Tuple[Tuple[str, str, float], ...] = ()
+    """(code, name, latency ms) of every region the check reached, lowest latency first."""
 
 
 def _opt_bool(v: Any) -> Optional[bool]:
@@ -55,8 +74,10 @@ def _opt_bool(v: Any) -> Optional[bool]:
     return None
 
 
-def parse_netcheck(report: Mapping[str, Any], regions: Mapping[int, str]) -> NatInfo:
-    """netcheck.Report dict (+ DERP region codes) -> NatInfo with a plain-words summary."""
+def parse_netcheck(report: Mapping[str, Any], regions: Mapping[int, str],
+                   names: Optional[Mapping[int, str]] = None) -> NatInfo:
+    """netcheck.Report dict (+ DERP region codes, and names by region id) -> NatInfo with a
+    plain-words summary and the latency to every region it reached."""
     udp = report.get("UDP") is True
     varies = _opt_bool(report.get("MappingVariesByDestIP"))
     pref_id = _int(report, "PreferredDERP")
@@ -74,9 +95,23 @@ def parse_netcheck(report: Mapping[str, Any], regions: Mapping[int, str]) -> Nat
         summary = "easy NAT (endpoint-independent mapping): direct links are possible"
     else:
         summary = "UDP works; NAT mapping behaviour unknown"
+    names = names or {}
+    per_region = []
+    if isinstance(lat_map, dict):
+        for key, ns in lat_map.items():
+            try:
+                rid = int(key)
+            except (TypeError, ValueError):
+                continue
+            ms = finite_ms(ns, 1e-6)
+            if not math.isnan(ms):
+                per_region.append((regions.get(rid, str(rid)), names.get(rid, ""), ms))
+    per_region.sort(key=lambda x: (x[2], x[0]))
+    pref_name = names.get(pref_id, "") if pref_id else ""
     if pref:
         lat = "" if math.isnan(latency) else f" ({latency:.1f} ms)"
-        summary += f"; home DERP {pref}{lat}"
+        label = f"{pref} ({pref_name})" if pref_name and pref_name != pref else pref
+        summary += f"; home DERP {label}{lat}"
     return NatInfo(
         known=True,
         udp=udp,
@@ -85,4 +120,6 @@ def parse_netcheck(report: Mapping[str, Any], regions: Mapping[int, str]) -> Nat
         preferred_derp=pref,
         preferred_derp_latency_ms=latency,
         summary=summary,
+        preferred_derp_name=pref_name,
+        region_latency=tuple(per_region),
     )

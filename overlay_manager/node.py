@@ -31,6 +31,7 @@ tailscaled, the ROS master or the log.
 | overlay-iperf | keeps the iperf3 server running (every 2 s) | spawning iperf3 |
 | overlay-relay | ``refresh_relay`` every RELAY_INTERVAL_S: relay server as ``relay`` says | LocalAPI (bounded) |
 | overlay-rosbridge | ``refresh_rosbridge`` every ROSBRIDGE_INTERVAL_S (rosbridge_port) | /proc/net/tcp, nft (5 s) |
+| overlay-derper | ``refresh_derper`` every DERPER_INTERVAL_S (``derper`` key only) | HTTP to localhost (2 s) |
 | overlay-ipnbus | tailscaled's IPN bus; a state or peer change wakes overlay-poll | the bus (stop() closes it) |
 | overlay-topics | ~topic_links every topic_links_interval s (pool: overlay-graph_N) | XML-RPC (XMLRPC_TIMEOUT_S) |
 | overlay-enrol | ``ensure_enrolled`` until it succeeds; sets ``m.enrol_error`` | LocalAPI, `tailscale up` (bounded) |
@@ -80,6 +81,7 @@ from overlay_manager.srv import (
 )
 
 from . import children
+from .derper import derper_summary
 from .ipnbus import BusWatcher
 from .links import iperf_server_argv
 from .monitor import OverlayMonitor
@@ -92,6 +94,8 @@ from .workers import INFO, WARN, LogQueue, Worker, WorkerHealth, describe
 
 RELAY_INTERVAL_S = 10.0
 """Seconds between checks of this machine's peer relay server (prefs as configured, sessions)."""
+DERPER_INTERVAL_S = 5.0
+"""Seconds between reads of this machine's derper counters (derper hosts only)."""
 ROSBRIDGE_INTERVAL_S = 10.0
 """Seconds between reads of who can reach rosbridge's port (node.rosbridge_port > 0)."""
 REPORT_TICK_S = 0.25
@@ -163,6 +167,10 @@ class OverlayNode:
         if n.rosbridge_port > 0:
             self.workers.append(Worker("overlay-rosbridge", self._rosbridge_cycle, ROSBRIDGE_INTERVAL_S, 30.0,
                                        log, start=False))
+        if self.cfg.derper is not None:
+            self._derper_up: Optional[bool] = None         # overlay-derper only
+            self.workers.append(Worker("overlay-derper", self._derper_cycle, DERPER_INTERVAL_S, 15.0, log,
+                                       start=False))
         self.topics = TopicLinkReporter(monitor, host_aliases)
         self._last_poll = 0.0                              # overlay-poll only (monotonic s)
         self._bus_woke = threading.Event()                 # set by overlay-ipnbus
@@ -250,6 +258,15 @@ class OverlayNode:
         self.m.refresh_rosbridge()
         self.reporter.wake()
 
+    def _derper_cycle(self) -> None:
+        """overlay-derper: read this machine's derper counters; log when it stops or starts answering."""
+        st = self.m.refresh_derper()
+        if st.listening != self._derper_up:
+            text = derper_summary(self.cfg.derper, st)[0]
+            self.log(INFO if st.listening else WARN, f"overlay_manager: {text}")
+        self._derper_up = st.listening
+        self.reporter.wake()
+
     def _netcheck_cycle(self) -> None:
         self.m.refresh_nat()
         self.reporter.wake()
@@ -266,6 +283,7 @@ class OverlayNode:
             msg.old_path, msg.new_path = ev.old_path, ev.new_path
             msg.endpoint, msg.relay_region = ev.peer.endpoint, ev.peer.relay_region
             msg.relay_vni = ev.peer.relay_vni
+            msg.derp_region = ev.peer.derp_region
             self._publish(self.pub_changes, msg, "~path_changes")
         connected = self.bus.connected
         if self._bus_was_connected and not connected:

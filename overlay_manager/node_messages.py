@@ -17,6 +17,7 @@ from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 
 from overlay_manager.msg import NatSummary, OverlayStatus, Peer, PeerList
 
+from .derper import derper_summary
 from .monitor import OverlayMonitor
 from .monitor_types import ERROR, OK, Diagnostic, Freshness, Reading
 from .peers import TIME_MAX, PeerState, clamp_uint64
@@ -51,6 +52,7 @@ def peer_msg(p: Optional[PeerState]) -> Peer:
     m.rx_bytes, m.tx_bytes = clamp_uint64(p.rx_bytes), clamp_uint64(p.tx_bytes)
     m.tags, m.os = list(p.tags), p.os
     m.peer_relay, m.relay_host, m.relay_vni = p.peer_relay, p.relay_host, p.relay_vni
+    m.derp_region = p.derp_region
     return m
 
 
@@ -128,12 +130,25 @@ class ReportMessages:
         nat = self.m.nat
         st.nat = NatSummary(known=nat.known, udp=nat.udp, hard_nat=nat.hard_nat,
                             hard_nat_known=nat.hard_nat_known, preferred_derp=nat.preferred_derp,
-                            preferred_derp_latency_ms=nat.preferred_derp_latency_ms, summary=nat.summary)
+                            preferred_derp_latency_ms=nat.preferred_derp_latency_ms, summary=nat.summary,
+                            preferred_derp_name=nat.preferred_derp_name,
+                            region_codes=[c for c, _, _ in nat.region_latency],
+                            region_names=[n for _, n, _ in nat.region_latency],
+                            region_latency_ms=[ms for _, _, ms in nat.region_latency])
         relay = self.m.relay_state
         st.relay_active = relay.active
         st.relay_port = relay.port if relay.port and 0 < relay.port < 65536 else 0  # uint16 (0 = off/unknown)
         st.relay_sessions = min(len(relay.sessions), 2 ** 32 - 1)
         st.relay_summary = relay_summary(self.cfg.relay, relay)[0]
+        d = self.m.derper_state
+        st.derper_listening = d.listening
+        st.derper_region = self.cfg.derper.region if self.cfg.derper else ""
+        st.derper_connections = min(d.connections, 2 ** 32 - 1)
+        st.derper_home_clients = min(d.home_connections, 2 ** 32 - 1)
+        st.derper_clients = min(d.clients, 2 ** 32 - 1)
+        st.derper_bytes_received = min(d.bytes_received, 2 ** 64 - 1)
+        st.derper_bytes_sent = min(d.bytes_sent, 2 ** 64 - 1)
+        st.derper_summary = derper_summary(self.cfg.derper, d)[0]
         return st
 
     def _diag_status(self, d: Diagnostic) -> DiagnosticStatus:

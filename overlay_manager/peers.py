@@ -77,6 +77,7 @@ class PeerState:
     relay_host: str = ""           # peer-relay: short name of the relay machine ("" = unknown)
     relay_vni: int = 0             # peer-relay: VNI of the relay session (0 = none/unknown)
     malformed: Tuple[str, ...] = ()  # fields tailscaled sent with a wrong type or out of range
+    derp_region: str = ""          # derp: readable name of the region in use (with_region_names)
 
     def matches(self, query: str) -> bool:
         """True when query names this peer: short name, FQDN (trailing dot ok) or overlay IP."""
@@ -415,6 +416,17 @@ def with_latency(snapshot: Snapshot, latency_ms: Mapping[str, float]) -> Snapsho
     return replace(snapshot, peers=tuple(peers))
 
 
+def with_region_names(snapshot: Snapshot, names: Mapping[str, str]) -> Snapshot:
+    """Copy of snapshot with each derp peer's ``derp_region`` set to the readable name of its
+    relay region (``names``: region code -> RegionName from the DERP map; the code itself when
+    the map has no name) and every other peer's cleared. Unchanged peers stay the same objects."""
+    peers = []
+    for p in snapshot.peers:
+        want = (names.get(p.relay_region) or p.relay_region) if p.path == PATH_DERP else ""
+        peers.append(p if p.derp_region == want else replace(p, derp_region=want))
+    return replace(snapshot, peers=tuple(peers))
+
+
 def blind(snapshot: Snapshot, daemon_gone: bool) -> Snapshot:
     """The snapshot to present while tailscaled cannot be read: the last known peers (names and
     addresses stay useful), none online, path offline when tailscaled is not running at all (no
@@ -422,7 +434,7 @@ def blind(snapshot: Snapshot, daemon_gone: bool) -> Snapshot:
     no latency; backend state unknown, control server not reachable."""
     path = PATH_OFFLINE if daemon_gone else PATH_UNKNOWN
     peers = tuple(replace(p, online=False, active=False, path=path, endpoint="", latency_ms=math.nan,
-                          peer_relay="", relay_host="", relay_vni=0)
+                          peer_relay="", relay_host="", relay_vni=0, derp_region="")
                   for p in snapshot.peers)
     return replace(snapshot, backend_state="", peers=peers, control_reachable=False, health=())
 
@@ -431,7 +443,8 @@ def peer_key(p: PeerState) -> Tuple[Any, ...]:
     """Everything about a peer except measurements (byte counters, handshake and last-seen
     times, latency): what makes a change worth publishing at once."""
     return (p.name, p.dns_name, p.addresses, p.online, p.active, p.path, p.endpoint,
-            p.relay_region, p.tags, p.os, p.node_id, p.peer_relay, p.relay_host, p.relay_vni)
+            p.relay_region, p.tags, p.os, p.node_id, p.peer_relay, p.relay_host, p.relay_vni,
+            p.derp_region)
 
 
 def same_topology(a: Optional[Snapshot], b: Optional[Snapshot]) -> bool:
@@ -460,7 +473,9 @@ class PathChangeEvent:
 
 
 def path_changes(old: Optional[Snapshot], new: Snapshot) -> List[PathChangeEvent]:
-    """Every peer whose path differs between old and new (peers are matched by node id or name).
+    """Every peer whose path differs between old and new (peers are matched by node id or name),
+    and every derp peer whose relay region changed (old and new path both derp: the peer
+    re-homed to another DERP region).
 
     A peer that disappeared from the tailnet is reported as a change to offline.
     """
@@ -477,6 +492,8 @@ def path_changes(old: Optional[Snapshot], new: Snapshot) -> List[PathChangeEvent
         old_path = prev.path if prev else ""
         if old_path != p.path:
             events.append(PathChangeEvent(p, old_path, p.path))
+        elif prev is not None and p.path == PATH_DERP and prev.relay_region != p.relay_region:
+            events.append(PathChangeEvent(p, PATH_DERP, PATH_DERP))
     for k, prev in before.items():
         if k not in seen and prev.path != PATH_OFFLINE:
             events.append(PathChangeEvent(replace(prev, online=False, path=PATH_OFFLINE,

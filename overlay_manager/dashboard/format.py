@@ -92,19 +92,21 @@ def path_description(path: str) -> str:
     return PATH_DESCRIPTIONS.get(path, f"unrecognised path {path!r}")
 
 
-def path_where(path: str, endpoint: str, relay_region: str, relay_host: str = "") -> str:
+def path_where(path: str, endpoint: str, relay_region: str, relay_host: str = "", derp_region: str = "") -> str:
     """The "endpoint or relay region" column: where traffic to the peer goes now.
 
     direct: the UDP endpoint; peer-relay: "relay <host> <ip:port>" (the relay machine's short
-    name when known, and its endpoint); derp: "DERP <region>"; otherwise the home region in
-    brackets when known (it is not in use), else empty.
+    name when known, and its endpoint); derp: "DERP <region code> (<region name>)" (the name when
+    the node reports one that differs from the code, e.g. "DERP east (East campus)"); otherwise
+    the home region in brackets when known (it is not in use), else empty.
     """
     if path == PATH_PEER_RELAY and relay_host:
         return f"relay {relay_host} {endpoint}" if endpoint else f"relay {relay_host}"
     if path in (PATH_DIRECT, PATH_PEER_RELAY):
         return endpoint or NO_VALUE
     if path == PATH_DERP:
-        return f"DERP {relay_region}" if relay_region else "DERP"
+        name = f" ({derp_region})" if derp_region and derp_region != relay_region else ""
+        return f"DERP {relay_region}{name}" if relay_region else (f"DERP {derp_region}" if derp_region else "DERP")
     return f"(home DERP {relay_region})" if relay_region else ""
 
 
@@ -113,7 +115,7 @@ def peer_where(peer: Any) -> str:
     relay_ep = getattr(peer, "peer_relay", "") or peer.endpoint
     if peer.path == PATH_PEER_RELAY:
         return path_where(peer.path, relay_ep, peer.relay_region, getattr(peer, "relay_host", ""))
-    return path_where(peer.path, peer.endpoint, peer.relay_region)
+    return path_where(peer.path, peer.endpoint, peer.relay_region, derp_region=getattr(peer, "derp_region", ""))
 
 
 def is_nan(value: Optional[float]) -> bool:
@@ -308,7 +310,8 @@ def wait_text(peer: str, resp: Any, require_direct: bool = True) -> Verdict:
 def path_change_text(change: Any) -> str:
     """PathChange message -> one log line, e.g. "12:01:03  robot2  derp -> direct  10.0.0.2:41641"."""
     old = change.old_path or "new"
-    where = path_where(change.new_path, change.endpoint, change.relay_region)
+    where = path_where(change.new_path, change.endpoint, change.relay_region,
+                       derp_region=getattr(change, "derp_region", ""))
     line = f"{format_clock(change.header.stamp.to_sec())}  {change.peer}  {old} -> {change.new_path}"
     return line + (f"  {where}" if where else "")
 

@@ -1,4 +1,6 @@
-"""Enrolment bundles: robot.yaml + ca.crt + auth.key (0600) for one host.
+"""Enrolment bundles: robot.yaml + ca.crt + auth.key (0600) for one host; a derper host's bundle
+also holds ``derper/`` (its certificate from the fleet CA, key 0600, the systemd unit, a meshed
+region's mesh key 0600; see :func:`write_derper_files`).
 
 The pre-auth key is tagged with the host's ACL tags (so the node is a tagged node of its team)
 and recorded in the deployment (``keys/<host>.json`` without the secret, ``keys/<host>.key``
@@ -11,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -19,13 +22,20 @@ from typing import Any, Dict, List, Optional, Tuple, Union
 import yaml
 
 from ..files import atomic_write
+from . import tls
 from .config import FleetConfig, FleetError
 from .deploy import Deployment, write_atomic
+from .derp import DerpServer, derper_unit, robot_derper_key, servers_on, template_path
 from .headscale import HeadscaleCLI, Node, PreAuthKey
 from .relays import robot_relay_key
 
 #: A recorded key is reused only if it stays usable at least this long (seconds).
 REUSE_MARGIN_S = 600.0
+#: Where the derper unit expects the bundle's derper/ directory and the derper binary on the host.
+DERPER_CERTDIR = "/etc/overlay_manager/derper"
+DERPER_BIN = "/usr/local/bin/derper"
+#: tailscaled's LocalAPI socket of the packaged tailscaled.service (robot.yaml may say otherwise).
+DEFAULT_TAILSCALED_SOCKET = "/var/run/tailscale/tailscaled.sock"
 
 
 @dataclass(frozen=True)
@@ -141,6 +151,9 @@ def robot_config(dep: Deployment, fleet: FleetConfig, host: str,
     relay = fleet.relays.get(h.name)
     if relay is not None:
         cfg["relay"] = robot_relay_key(relay)
+    derpers = servers_on(fleet.derp_regions, h.name)
+    if derpers:
+        cfg["derper"] = robot_derper_key(derpers[0])
     for k, v in (overrides or {}).items():
         if isinstance(v, dict) and isinstance(cfg.get(k), dict):
             cfg[k] = {**cfg[k], **v}
@@ -192,6 +205,10 @@ def write_bundle(deployment: Deployment, fleet: FleetConfig, host: str, outdir: 
         if deployment.ca_cert.resolve() != (out / "ca.crt").resolve():
             atomic_write(out / "ca.crt", deployment.ca_cert.read_bytes(), 0o644)
     cfg = robot_config(deployment, fleet, rec.host, overrides)
+    for server in servers_on(fleet.derp_regions, rec.host):
+        tailscale = cfg.get("tailscale") if isinstance(cfg.get("tailscale"), dict) else {}
+        write_derper_files(deployment, fleet, server, out / "derper",
+                           socket=str(tailscale.get("socket") or DEFAULT_TAILSCALED_SOCKET))
     exp = rec.expiration.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M UTC") \
         if rec.expiration else "never"
     header = (f"# overlay_manager robot config for '{rec.host}' (team {fleet.host(rec.host).team}),"
@@ -200,4 +217,64 @@ def write_bundle(deployment: Deployment, fleet: FleetConfig, host: str, outdir: 
               f"usable until {exp}.\n")
     path = out / "robot.yaml"
     write_atomic(path, header + yaml.safe_dump(cfg, sort_keys=False), 0o644)
+    return path
+
+
+def derper_credentials(dep: Deployment, fleet: FleetConfig, server: DerpServer) -> Tuple[Path, Path, Optional[Path]]:
+    """(certificate, key, mesh key or None) of ``server`` in the deployment, made when missing:
+    the certificate (``tls/derp-<host>.crt``) from the fleet CA for the server's hostname and
+    address, re-issued when they change; the region's mesh key (``derp/<region>.meshkey``, 0600,
+    64 hex digits) when the region has several servers.
+
+    Raises:
+        FleetError: no fleet CA in the deployment, or openssl failing (naming the host).
+    """
+    tls_dir = dep.root / "tls"
+    ca_key, ca_crt = tls_dir / "ca.key", tls_dir / "ca.crt"
+    if not (ca_key.exists() and ca_crt.exists()):
+        raise FleetError("no fleet CA in the deployment to sign the derper certificate (rerun `fleet init` "
+                         "with server.tls.generate: true)", file=ca_key, host=server.host)
+    try:
+        key, crt = tls.ensure_derper_cert(tls_dir, ca_key, ca_crt, server.cert_names, fleet.server.tls.days,
+                                          server.host)
+    except FleetError as e:
+        raise FleetError(e.reason, file=e.file, host=server.host) from None
+    mesh: Optional[Path] = None
+    if fleet.derp_regions[server.region].meshed:
+        mesh = dep.root / "derp" / f"{server.region}.meshkey"
+        if not mesh.exists():
+            write_atomic(mesh, secrets.token_hex(32) + "\n", 0o600)
+    return crt, key, mesh
+
+
+def write_derper_files(dep: Deployment, fleet: FleetConfig, server: DerpServer, outdir: Path, *,
+                       socket: str) -> Path:
+    """Write ``outdir`` (the bundle's ``derper/``): ``<hostname>.crt``, ``<hostname>.key`` (0600),
+    ``mesh.key`` (0600, meshed regions) and ``derper.service`` from
+    ``config/systemd/derper.service.in``, verifying clients against the tailscaled at ``socket``.
+    Returns the unit's path.
+
+    Raises:
+        FleetError: naming the host or the template.
+    """
+    crt, key, mesh = derper_credentials(dep, fleet, server)
+    outdir.mkdir(parents=True, exist_ok=True)
+    os.chmod(outdir, 0o700)
+    atomic_write(outdir / f"{server.cert_stem}.crt", crt.read_bytes(), 0o644)
+    atomic_write(outdir / f"{server.cert_stem}.key", key.read_bytes(), 0o600)
+    if mesh is not None:
+        atomic_write(outdir / "mesh.key", mesh.read_bytes(), 0o600)
+    template = template_path()
+    try:
+        text = template.read_text(encoding="utf-8")
+        unit = derper_unit(text, str(template), server, fleet.derp_regions[server.region], fleet=fleet.name,
+                           derper_bin=DERPER_BIN, certdir=DERPER_CERTDIR, socket=socket,
+                           mesh_key_file=f"{DERPER_CERTDIR}/mesh.key")
+    except OSError as e:
+        raise FleetError(f"cannot read the derper unit template: {e.strerror}", file=template,
+                         host=server.host) from None
+    except KeyError as e:
+        raise FleetError(str(e.args[0]), file=template, host=server.host) from None
+    path = outdir / "derper.service"
+    write_atomic(path, unit, 0o644)
     return path

@@ -2,10 +2,13 @@
 
     fleet COMMAND [-f FLEET_FILE] [-d DEPLOY_DIR] [--headscale PATH] ...
 
-    init                 write/converge the headscale deployment (config, CA + cert, policy)
+    init                 write/converge the headscale deployment (config, CA + cert, policy,
+                         DERP map of the fleet's derp_regions)
     serve [--unit]       run headscale in the foreground (or print a systemd unit)
-    policy [--print]     regenerate the ACL policy, check it with headscale, swap it in, reload
-    bundle HOST|--all    write enrolment bundles (robot.yaml, ca.crt, auth.key 0600); a revoked
+    policy [--print]     regenerate the ACL policy (and the DERP map), check it with headscale,
+                         swap it in, reload
+    bundle HOST|--all    write enrolment bundles (robot.yaml, ca.crt, auth.key 0600; a derper
+                         host's also derper/: certificate, unit, mesh key); a revoked
                          host is refused: `rotate` it
     status [--json]      every host: state, last seen, expiries, tags, team
     revoke HOST          expire the host's node and key (--delete: also delete the node)
@@ -36,7 +39,7 @@ from ..waiting import wait_for
 from . import tls
 from .bundle import nodes_named, write_bundle
 from .config import FleetConfig, FleetError, load_fleet
-from .deploy import Deployment, apply_policy, cert_notices, init_deployment, renew_server_cert
+from .deploy import Deployment, apply_policy, cert_notices, init_deployment, renew_server_cert, write_derp_map
 from .ops import fleet_status, revoke, rotate, sync_tags
 from .policy import render_policy
 from .unit import render_unit
@@ -168,6 +171,9 @@ def cmd_policy(args: argparse.Namespace) -> int:
         sys.stdout.write(render_policy(fleet))
         return 0
     dep = _open(args, "`fleet policy`")
+    if write_derp_map(dep.root, fleet):
+        print(f"DERP map written: {dep.derp_map_path} (headscale reads it when it starts: restart "
+              "it; existing links keep their relays meanwhile)")
     res = apply_policy(dep, fleet)
     if not res.changed:
         print(f"policy unchanged: {dep.policy_path}")

@@ -11,8 +11,8 @@ wrong later (deployment, headscale, a host name given on the command line).
 
 This module reads the top level (fleet name, base domain, keys, log level) and puts the file
 together; the sections have their own modules: ``server`` in :mod:`.server`, ``teams`` and
-``hosts`` in :mod:`.teams`, ``relays`` in :mod:`.relays`. The values are in :mod:`.model` and
-are importable from here too.
+``hosts`` in :mod:`.teams`, ``relays`` in :mod:`.relays`, ``derp_regions`` in :mod:`.derp`. The
+values are in :mod:`.model` and are importable from here too.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, Optional, Union
 
 from ..validation import MISSING, ConfigError, Reader, is_dns_label, is_domain, load_yaml, shorten
+from .derp import parse_derp_regions
 from .model import (
     ROLE_TAGS,
     ROLES,
@@ -86,7 +87,7 @@ def load_fleet_dict(data: Any, path: str = "<dict>", base: Optional[Path] = None
     r = Reader(path)
     base = base or Path.cwd()
     m = r.mapping(data, "", {"fleet", "base_domain", "server", "keys", "teams", "hosts",
-                             "log_level", "relays"}, what="a mapping (see config/fleet.example.yaml)")
+                             "log_level", "relays", "derp_regions"}, what="a mapping (see config/fleet.example.yaml)")
     if not m:
         raise r.error("(top level)", "empty fleet file")
 
@@ -119,10 +120,18 @@ def load_fleet_dict(data: Any, path: str = "<dict>", base: Optional[Path] = None
                          ("trace", "debug", "info", "warn", "error"), "info")
 
     teams = load_teams(r, m.get("teams"), m.get("hosts"))
-    relays = parse_relays(r, m.get("relays"), {h.name: h for t in teams.values() for h in t.hosts},
-                          list(teams))
+    all_hosts = {h.name: h for t in teams.values() for h in t.hosts}
+    relays = parse_relays(r, m.get("relays"), all_hosts, list(teams))
+    regions = parse_derp_regions(r, m.get("derp_regions"), all_hosts,
+                                 server.derp.region_id if server.derp.embedded else None)
+    if not server.derp.embedded and not server.derp.extra_maps and not regions:
+        raise r.error("server.derp", "embedded: false needs derp_regions or extra_maps (no public DERP "
+                                     "map is used, so machines would have no relay at all)")
+    if regions and not (server.url.startswith("https://") and server.tls.generate):
+        raise r.error("derp_regions", "the fleet CA signs the derpers' certificates: needs an https "
+                                      "server.url with server.tls.generate: true")
     return FleetConfig(path=path, name=name, base_domain=base_domain, server=server, keys=keys,
-                       teams=teams, log_level=log_level, relays=relays)
+                       teams=teams, log_level=log_level, relays=relays, derp_regions=regions)
 
 
 def load_fleet(path: Union[str, Path]) -> FleetConfig:

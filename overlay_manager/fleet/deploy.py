@@ -12,6 +12,9 @@ Layout of a deployment directory (``outdir``)::
     run/headscale.pid  pid of `fleet serve` (if started that way)
     keys/<host>.json   id and expiry of the host's current pre-auth key; keys/<host>.key its
                        secret (0600), so that `bundle` again reuses an unused key
+    derp/derpmap.yaml  the fleet's own DERP regions (fleet file ``derp_regions``), in headscale's
+                       derp.paths; tls/derp-<host>.crt a derper's certificate, derp/<region>.meshkey
+                       the mesh key of a region with several derpers (0600); see fleet/derp.py
 
 :func:`init_deployment` builds a new deployment in a temporary directory and moves it into place
 only when complete, so a failed ``init`` leaves nothing half-written. It is idempotent: running
@@ -38,6 +41,7 @@ from ..files import atomic_write
 from ..validation import ConfigError, require_file
 from . import tls
 from .config import FleetConfig, FleetError
+from .derp import render_derp_map
 from .headscale import HeadscaleCLI, find_headscale
 from .policy import render_policy
 
@@ -89,6 +93,11 @@ class Deployment:
     def pid_path(self) -> Path:
         """pid file written by `fleet serve`."""
         return self.root / "run" / "headscale.pid"
+
+    @property
+    def derp_map_path(self) -> Path:
+        """The DERP map of the fleet's own regions (in headscale's ``derp.paths``)."""
+        return self.root / "derp" / "derpmap.yaml"
 
     @property
     def keys_dir(self) -> Path:
@@ -217,7 +226,8 @@ def headscale_config(fleet: FleetConfig, root: Path, tls_cert: Optional[Path],
         "derp": {
             "server": derp_server,
             "urls": [],
-            "paths": [str(p) for p in s.derp.extra_maps],
+            "paths": [str(p) for p in s.derp.extra_maps]
+            + ([str(root / "derp" / "derpmap.yaml")] if fleet.derp_regions else []),
             "auto_update_enabled": False,
             "update_frequency": "24h",
         },
@@ -357,6 +367,7 @@ def _write_deployment(fleet: FleetConfig, build: Path, root: Path, binary: str,
     cfg = headscale_config(fleet, root, cert, key)
     header = (f"# headscale config of fleet '{fleet.name}', written by `fleet init` from "
               f"{fleet.path}.\n# Do not edit: rerun `fleet init` after changing the fleet file.\n")
+    write_derp_map(build, fleet)
     write_atomic(build / "config.yaml", header + yaml.safe_dump(cfg, sort_keys=False), 0o600)
     if new or not dep.policy_path.exists():
         write_atomic(build / "policy.hujson", render_policy(fleet), 0o644)
@@ -418,6 +429,16 @@ def cert_notices(dep: Deployment, fleet: Optional[FleetConfig], renew_command: s
         certs.append((tls_dir / "ca.crt", "fleet CA", tls.CA_WARN_BEFORE_S,
                       "make a new CA and give every robot its ca.crt (docs/fleet.md, \"A new CA\")"))
     return tls.certificate_notices(certs, now)
+def write_derp_map(root: Path, fleet: FleetConfig) -> bool:
+    """Write ``root/derp/derpmap.yaml`` from the fleet's ``derp_regions`` (removed when there are
+    none); True when it changed. headscale reads it when it starts."""
+    path = root / "derp" / "derpmap.yaml"
+    if not fleet.derp_regions:
+        if path.exists():
+            path.unlink()
+            return True
+        return False
+    return write_atomic(path, render_derp_map(fleet.derp_regions, fleet.path), 0o644)
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Dict, List, Optional, Tuple, Union
 from urllib.parse import urlsplit
 
+from .derp import DerpRegion, derp_tags
 from .relays import Relay, relay_tags
 
 #: Host roles, in the order they appear in a team.
@@ -144,6 +145,7 @@ class DerpConfig:
         ipv4: public IPv4 address of the relay announced in the DERP map ("" = resolve the
             server URL's host).
         extra_maps: extra DERP map files (YAML/JSON, headscale's ``derp.paths``), absolute.
+            The fleet's own regions (``derp_regions``) are added to headscale's paths too.
     """
 
     embedded: bool = True
@@ -215,6 +217,8 @@ class FleetConfig:
         teams: teams by name, in file order.
         log_level: headscale log level.
         relays: peer relays by host name (the ``relays`` section; see fleet/relays.py).
+        derp_regions: the fleet's own DERP regions by code (the ``derp_regions`` section; see
+            fleet/derp.py).
     """
 
     path: str
@@ -225,6 +229,7 @@ class FleetConfig:
     teams: Dict[str, Team]
     log_level: str = "info"
     relays: Dict[str, Relay] = field(default_factory=dict)
+    derp_regions: Dict[str, DerpRegion] = field(default_factory=dict)
 
     @property
     def hosts(self) -> Dict[str, Host]:
@@ -242,8 +247,9 @@ class FleetConfig:
 
     def host_tags(self, name: str) -> List[str]:
         """ACL tags for host ``name``: its team tag (machine or operator), its role tag and,
-        for a relay host, ``tag:relay`` and ``tag:relay-<name>``."""
+        for a relay host, ``tag:relay`` and ``tag:relay-<name>``; for a derper host, ``tag:derp``."""
         host = self.host(name)
         team = self.teams[host.team]
         team_tag = team.operator_tag if host.role == "operator" else team.machine_tag
-        return [team_tag, ROLE_TAGS[host.role]] + relay_tags(self.relays, host.name)
+        return ([team_tag, ROLE_TAGS[host.role]] + relay_tags(self.relays, host.name)
+                + derp_tags(self.derp_regions, host.name))

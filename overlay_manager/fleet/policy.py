@@ -21,6 +21,12 @@ relay R on host H serving teams S:
   puts H into the network maps of machines that some rule lets reach it, and a client must see
   its relay; ICMP lets them ping H and open no TCP or UDP connection to it.
 
+DERP regions (the fleet file's ``derp_regions``, see :mod:`overlay_manager.fleet.derp`): every
+derper host carries ``tag:derp`` (a label), and an ICMP-only rule from every team's machine and
+operator tags to ``tag:derp``. derper admits only clients its host's tailscaled knows
+(``--verify-clients``), so every machine must be in the derper host's network map; ICMP puts it
+there and opens no TCP or UDP connection.
+
 Nothing else is allowed: no rule spans two teams, and untagged (personal) nodes get nothing.
 """
 
@@ -30,6 +36,7 @@ import json
 from typing import Any, Dict, List
 
 from .config import ROLE_TAGS, FleetConfig
+from .derp import DERP_TAG
 from .relays import RELAY_CAP, RELAY_TAG
 
 
@@ -39,7 +46,7 @@ def tag_owners(fleet: FleetConfig) -> List[str]:
 
 
 def all_tags(fleet: FleetConfig) -> List[str]:
-    """Every tag the fleet uses, sorted: team, operator, role and relay tags."""
+    """Every tag the fleet uses, sorted: team, operator, role, relay and DERP tags."""
     tags = set(ROLE_TAGS.values())
     for team in fleet.teams.values():
         tags.add(team.machine_tag)
@@ -47,6 +54,8 @@ def all_tags(fleet: FleetConfig) -> List[str]:
     for relay in fleet.relays.values():
         tags.add(RELAY_TAG)
         tags.add(relay.tag)
+    if fleet.derp_regions:
+        tags.add(DERP_TAG)
     return sorted(tags)
 
 
@@ -76,6 +85,9 @@ def generate_policy(fleet: FleetConfig) -> Dict[str, Any]:
         if others:
             acls.append({"action": "accept", "proto": "icmp", "src": others,
                          "dst": [f"{relay.tag}:*"]})
+    if fleet.derp_regions:
+        everyone = [t for team in fleet.teams.values() for t in (team.machine_tag, team.operator_tag)]
+        acls.append({"action": "accept", "proto": "icmp", "src": everyone, "dst": [f"{DERP_TAG}:*"]})
     policy: Dict[str, Any] = {
         "tagOwners": {tag: list(owners) for tag in all_tags(fleet)},
         "acls": acls,
@@ -93,6 +105,7 @@ def render_policy(fleet: FleetConfig) -> str:
         "// Per team T: tag:team-T (robots, base stations) <-> each other; tag:ops-T (operators)\n"
         "// -> tag:team-T and back. Peer relays: grants of tailscale.com/cap/relay to the teams\n"
         "// a relay serves, and ICMP only to the relay host for teams it does not belong to.\n"
+        "// DERP hosts (tag:derp): ICMP only from every team, so derper's --verify-clients knows them.\n"
         "// Nothing else.\n"
     )
     return header + json.dumps(generate_policy(fleet), indent=2, sort_keys=False) + "\n"

@@ -74,8 +74,6 @@ def load_server(r: Reader, raw: Any, base: Path) -> ServerConfig:
         ipv4=ipv4,
         extra_maps=tuple(Path(r.path(x, f"server.derp.extra_maps[{i}]", base)) for i, x in enumerate(extra)),
     )
-    if not derp.embedded and not derp.extra_maps:
-        raise r.error("server.derp", "embedded: false needs extra_maps (no public DERP map is used)")
 
     p = r.mapping(m.get("prefixes"), "server.prefixes", {"v4", "v6"})
     v4 = r.string(p.get("v4", MISSING), "server.prefixes.v4", "100.64.0.0/10")

@@ -263,6 +263,39 @@ def ensure_server_cert(tls_dir: Path, ca_key: Path, ca_crt: Path, names: List[st
     return ServerCert(key, crt, True, reason, not_after(crt))
 
 
+def ensure_derper_cert(tls_dir: Path, ca_key: Path, ca_crt: Path, names: List[str], days: int,
+                       host: str) -> Tuple[Path, Path]:
+    """Issue ``tls_dir/derp-<host>.{key,crt}``, a derper's certificate for ``names`` signed by the
+    fleet CA, unless the one there has the same names and stays valid for :data:`RENEW_BEFORE_S`
+    more seconds. Never outlives the CA. The names file is removed first and written last, so a
+    run stopped half-way is re-issued by the next one (the key and certificate always match).
+
+    Raises:
+        FleetError: the CA has expired, or openssl failed.
+    """
+    stem = f"derp-{host}"
+    key, crt, sans = tls_dir / f"{stem}.key", tls_dir / f"{stem}.crt", tls_dir / f"{stem}.names"
+    wanted = "\n".join(sorted(set(names))) + "\n"
+    if (key.exists() and crt.exists() and sans.exists() and sans.read_text() == wanted
+            and _valid_for(crt, RENEW_BEFORE_S)):
+        return key, crt
+    ca_left_days = int((not_after(ca_crt) - datetime.now(timezone.utc)).total_seconds() // 86400)
+    if ca_left_days < 1:
+        raise CAExpired(f"the fleet CA expires within a day: no derper certificate for {host} can be "
+                        "issued from it; make a new CA (docs/fleet.md, \"A new CA\")", file=ca_crt)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{stem}-", dir=tls_dir))
+    try:
+        _issue(tmp, ca_key, ca_crt, names, min(days, ca_left_days), crt)
+        if sans.exists():
+            sans.unlink()
+        os.replace(tmp / "server.key", key)
+        os.replace(tmp / "server.crt", crt)
+        os.replace(tmp / "server.names", sans)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return key, crt
+
+
 @dataclass(frozen=True)
 class CertNotice:
     """A certificate that expires soon or has expired.

@@ -101,6 +101,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             lab = Lab(args.spec, run_id=args.run_id, workdir=args.workdir)
             try:
                 lab.up(start_tailscaled=not args.no_tailscaled)
+                if lab.spec.derp.regions and not args.no_tailscaled:
+                    lab.start_derpers()  # enrols the derper hosts: derper verifies clients through them
                 if args.enrol and not args.no_tailscaled:
                     lab.tailscale_up_all()
             except BaseException:

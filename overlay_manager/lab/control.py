@@ -13,6 +13,7 @@ from ..fleet import bundle, config, deploy
 from ..fleet.config import FleetConfig
 from ..fleet.deploy import Deployment
 from ..waiting import tail
+from .derpers import fleet_derp
 from .errors import LabError
 from .layout import RunLayout, tools_bin
 from .naming import Names
@@ -32,9 +33,11 @@ def fleet_dict(names: Names) -> Dict[str, Any]:
     """A fleet file (as a mapping) for the lab: every lab host is a member of its spec team.
 
     server_url is ``https://<control address>:<port>`` (reachable from every namespace), TLS from
-    a generated CA, embedded DERP + STUN announced on the control address.
+    a generated CA, embedded DERP + STUN announced on the control address (unless the spec's
+    ``derp.embedded`` is false), and the spec's DERP regions as ``derp_regions``.
     """
     spec = names.spec
+    regions, embedded = fleet_derp(names)
     teams: Dict[str, Dict[str, Any]] = {}
     role_key = {"robot": "robots", "base_station": "base_stations", "operator": "operators"}
     for h in spec.hosts:
@@ -47,13 +50,14 @@ def fleet_dict(names: Names) -> Dict[str, Any]:
             "url": names.server_url,
             "listen": f"{names.control_address}:{spec.control.port}",
             "tls": {"generate": True},
-            "derp": {"embedded": True,
+            "derp": {"embedded": embedded,
                      "stun_listen": f"{names.control_address}:{spec.control.stun_port}",
                      "ipv4": names.control_address},
         },
         "keys": {"auth_key_expiry": "24h", "reusable": False},
         "teams": teams,
         **({"relays": fleet_relays(spec)} if spec.relays else {}),
+        **({"derp_regions": regions} if regions else {}),
     }
 
 

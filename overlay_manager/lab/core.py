@@ -31,6 +31,7 @@ network.py             namespaces, bridges, veths, NAT routers; block/cut; rate/
 processes.py           commands and background processes in namespaces, tracked by pid
 control.py             headscale (through overlay_manager.fleet) and the hosts' fleet bundles
 tailscaled.py          tailscaled per host, enrolment, status, ``tailscale ping``
+derpers.py             derper on the hosts of the spec's DERP regions (the fleet's own relays)
 teardown.py            removing a run (this one, another process's, a crashed one)
 =====================  ====================================================================
 """
@@ -49,6 +50,7 @@ from ..fleet.deploy import Deployment
 from ..tailscale import LocalAPI
 from . import relays, system
 from .control import HEADSCALE_START_TIMEOUT_S, ControlServer
+from .derpers import Derpers, derper_hosts
 from .errors import LabError
 from .layout import REPO_ROOT, RUN_ROOT, SOCKET_PATH_MAX, RunLayout, missing_prerequisites, tools_bin
 from .naming import Names, check_run_id, new_run_id
@@ -100,6 +102,7 @@ class Lab:
         self.procs = Processes(self.layout, self.run_state, self.echo)
         self.control = ControlServer(self.layout, self.procs, self.echo, robot_overrides)
         self.tailscaleds = Tailscaleds(self.layout, self.procs, self.control, self.echo)
+        self.derpers = Derpers(self.layout, self.procs, self.control, self.echo)
 
     # --- paths and names (layout.py) --------------------------------------------------------
     @property
@@ -381,6 +384,24 @@ class Lab:
         """Turn on every relay host's relay server from its bundle (as the node does); see
         relays.enable_relays."""
         relays.enable_relays(self.spec, self.robot_yaml, self.localapi, self.echo)
+
+    # --- DERP regions (derpers.py) ------------------------------------------------------------
+    def start_derpers(self, timeout: float = 30.0) -> None:
+        """Enrol every derper host (derper verifies clients through its tailscaled), then start
+        derper on each and wait until it listens; the other hosts enrol afterwards."""
+        hosts = derper_hosts(self.spec)
+        if hosts:
+            self.tailscale_up_all(hosts, timeout)
+            for h in hosts:
+                self.derpers.start(h)
+
+    def start_derper(self, host: str) -> None:
+        """Start derper on ``host`` (again) and wait until it listens."""
+        self.derpers.start(host)
+
+    def stop_derper(self, host: str) -> None:
+        """Stop derper on ``host`` (by pid): its region goes away, its clients re-home."""
+        self.derpers.stop(host)
 
     def cut(self, building: str) -> None:
         """Cut the building off the backbone: its router forwards nothing to or from the WAN."""

@@ -11,8 +11,8 @@ from __future__ import annotations
 from dataclasses import asdict
 from typing import Any, Mapping, Optional
 
+from . import derpers, nft, relays, system
 from . import impair as impair_mod
-from . import nft, relays, system
 from .errors import LabError
 from .layout import RunLayout
 from .spec import Impairment
@@ -77,7 +77,7 @@ class Network:
                                f"{n.host_address(h.name)}/24", gateway=n.router_lan_address(b.name))
             self._sysctl(rns, {"net.ipv4.ip_forward": "1", **NO_BRIDGE_NETFILTER})
             ruleset = nft.router_ruleset(b.nat, n.router_wan_address(b.name), n.control_address,
-                                         spec.control.stun_port, relays.udp_servers(n))
+                                         spec.control.stun_port, relays.udp_servers(n) + derpers.stun_servers(n))
             self._nft(rns, ruleset, f"NAT {b.nat.name}")
         # campus server networks (public buildings) are routed on the backbone, not NATed
         for ns, building in [(n.control_ns, "")] + [(n.router_ns(b.name), b.name) for b in spec.buildings]:
@@ -139,7 +139,8 @@ class Network:
         with self.state.locked() as st:
             flags = st.setdefault("routers", {}).setdefault(building, {"udp_blocked": False, "cut": False})
             flags.update(change)
-            servers = [(n.control_address, self.layout.spec.control.stun_port)] + relays.udp_servers(n)
+            servers = ([(n.control_address, self.layout.spec.control.stun_port)] + relays.udp_servers(n)
+                       + derpers.stun_servers(n))
             only = bool(flags.get("udp_servers_only"))
             ruleset = nft.actions_ruleset(udp_blocked=flags["udp_blocked"] or only, cut=flags["cut"],
                                           udp_servers=servers if only and not flags["udp_blocked"] else ())

@@ -65,7 +65,8 @@ def record(rospy: Any, args: Any) -> int:
 
         def on_change(msg: Any, node: str = node) -> None:
             emit("change", node=node, peer=msg.peer, old=msg.old_path, new=msg.new_path,
-                 endpoint=msg.endpoint, relay_region=msg.relay_region)
+                 endpoint=msg.endpoint, relay_region=msg.relay_region,
+                 derp_region=getattr(msg, "derp_region", ""))
 
         def on_status(msg: Any, node: str = node) -> None:
             if changed(("status", node), (msg.control_reachable, msg.backend_state)):

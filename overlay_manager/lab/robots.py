@@ -81,9 +81,11 @@ def start_tool(lab: Lab, host: str, module_args: Sequence[str], name: str,
     return lab.popen(host, ["bash", "-c", line], env=full_env, log=Path(lab.host_dir(host)) / f"{name}.log")
 
 
-def start_camera(lab: Lab, host: str, topic: str = "/camera/image_raw", rate_hz: float = 30.0) -> subprocess.Popen:
-    """The lab camera (640x480 rgb8 sensor_msgs/Image at rate_hz) on host."""
-    return start_tool(lab, host, ["rosnodes", "camera", "--topic", topic, "--rate", str(rate_hz)],
+def start_camera(lab: Lab, host: str, topic: str = "/camera/image_raw", rate_hz: float = 30.0,
+                 width: int = 640, height: int = 480) -> subprocess.Popen:
+    """The lab camera (width x height rgb8 sensor_msgs/Image at rate_hz) on host."""
+    return start_tool(lab, host, ["rosnodes", "camera", "--topic", topic, "--rate", str(rate_hz),
+                                  "--width", str(width), "--height", str(height)],
                       f"camera{topic.replace('/', '_')}")
 
 

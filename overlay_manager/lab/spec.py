@@ -23,6 +23,11 @@ addresses are routed on the backbone (where a campus puts a relay).
 Peer relays (``relays: {relay1: {port: 40000, teams: [alpha]}}``) name hosts of the spec that
 serve a Tailscale peer relay; they become the lab fleet's ``relays`` section.
 
+DERP regions (``derp: {embedded: false, regions: {east: {id: 901, servers: [east-derp]}}}``)
+name hosts of ``public`` buildings that run tailscale's derper (with their own tailscaled, which
+derper asks to verify clients); they become the lab fleet's ``derp_regions`` section, and
+``embedded`` turns headscale's embedded DERP on or off (default on).
+
 Every error is a :class:`SpecError` (the validation layer's ConfigError, also a LabError) naming
 the file and the key path. The values (NatKind, Impairment, LabSpec, ...) are defined in
 spec_model.py and importable from here.
@@ -53,6 +58,8 @@ from .spec_model import (
     UDP_POLICIES,
     BuildingSpec,
     ControlSpec,
+    DerpRegionSpec,
+    DerpSpec,
     HostSpec,
     Impairment,
     LabSpec,
@@ -65,6 +72,7 @@ from .spec_model import (
 
 __all__ = [
     "DEFAULT_RELAY_PORT", "FILTERINGS", "MAPPINGS", "PUBLIC", "UDP_POLICIES", "BuildingSpec", "ControlSpec",
+    "DerpRegionSpec", "DerpSpec",
     "HostSpec", "Impairment", "LabSpec", "NatKind", "RelaySpec", "SpecInput", "load_spec", "nat_kind_names",
     "parse_impairment", "parse_nat_kind", "parse_spec", "spec_to_dict",
 ]
@@ -159,7 +167,7 @@ def parse_spec(data: Any, source: str = "<dict>", default_name: str = "lab") -> 
     r = _SpecReader(source)
     if data is None:
         raise SpecError(source, "(top)", "empty spec")
-    top = r.mapping(data, "", {"name", "control", "buildings", "teams", "impair", "relays"})
+    top = r.mapping(data, "", {"name", "control", "buildings", "teams", "impair", "relays", "derp"})
     name = r.string(top.get("name", MISSING), "name", default_name, empty=False, max_len=64)
 
     ctl = r.mapping(top.get("control"), "control", {"port", "stun_port", "base_domain"})
@@ -215,8 +223,52 @@ def parse_spec(data: Any, source: str = "<dict>", default_name: str = "lab") -> 
             raise SpecError(source, join_key("impair", link), f"unknown link (links: {', '.join(links)})")
         impair[str(link)] = parse_impairment(source, f"impair.{link}", body)
     relays = _parse_relays(r, top.get("relays"), spec, teams)
+    derp = _parse_derp(r, top.get("derp"), spec)
     return LabSpec(name=name, control=control, buildings=tuple(buildings), teams=teams, impair=impair,
-                   source=source, relays=relays)
+                   source=source, relays=relays, derp=derp)
+
+
+def _parse_derp(r: Reader, raw: Any, spec: LabSpec) -> DerpSpec:
+    """The ``derp`` section: {embedded, regions: {code: {id, name, servers: [host, ...]}}}."""
+    m = r.mapping(raw, "derp", {"embedded", "regions"})
+    embedded = r.boolean(m.get("embedded", MISSING), "derp.embedded", True)
+    regions: Dict[str, DerpRegionSpec] = {}
+    ids: Dict[int, str] = {}
+    used: Dict[str, str] = {}
+    for code, body in r.mapping(m.get("regions"), "derp.regions",
+                                what="a mapping region code -> {id, name, servers}").items():
+        key = join_key("derp.regions", code)
+        _name(r.source, key, code)
+        b = r.mapping(body, key, {"id", "name", "servers"})
+        rid = r.integer(b.get("id", MISSING), f"{key}.id", lo=900, hi=998 if embedded else 999)
+        if rid in ids:
+            raise r.error(f"{key}.id", f"id {rid} already used by region {ids[rid]!r}")
+        ids[rid] = code
+        servers = r.string_list(b.get("servers", MISSING), f"{key}.servers")
+        if not servers:
+            raise r.error(f"{key}.servers", "needs at least one host")
+        for i, host in enumerate(servers):
+            hk = f"{key}.servers[{i}]"
+            try:
+                h = spec.host(host)
+            except KeyError:
+                raise r.error(hk, f"no host {shorten(host)} in the spec (hosts: "
+                                  f"{', '.join(x.name for x in spec.hosts)})") from None
+            if not spec.building(h.building).nat.public:
+                raise r.error(hk, f"{host} is in building {h.building!r} ({spec.building(h.building).nat.name}): "
+                                  "a derper host must be in a public building (a campus server network)")
+            if h.role == "operator":
+                raise r.error(hk, "an operator cannot run derper (use a robot or base station)")
+            if host in used:
+                raise r.error(hk, f"{host} already serves region {used[host]!r}")
+            used[host] = code
+        regions[str(code)] = DerpRegionSpec(code=str(code), id=rid,
+                                            name=r.string(b.get("name", MISSING), f"{key}.name", str(code),
+                                                          empty=False, max_len=128),
+                                            servers=tuple(servers))
+    if not embedded and not regions:
+        raise r.error("derp.embedded", "false needs derp.regions (machines would have no relay)")
+    return DerpSpec(embedded=embedded, regions=regions)
 
 
 def _parse_relays(r: Reader, raw: Any, spec: LabSpec, teams: Mapping[str, str]) -> Dict[str, RelaySpec]:
@@ -301,4 +353,7 @@ def spec_to_dict(spec: LabSpec) -> Dict[str, Any]:
         "impair": {link: imp(i) for link, i in spec.impair.items()},
         "relays": {h: ({"port": rs.port, "teams": list(rs.teams)} if rs.teams else {"port": rs.port})
                    for h, rs in spec.relays.items()},
+        "derp": {"embedded": spec.derp.embedded,
+                 "regions": {c: {"id": rg.id, "name": rg.name, "servers": list(rg.servers)}
+                             for c, rg in spec.derp.regions.items()}},
     }

@@ -1,4 +1,5 @@
-"""The lab spec's data model: NAT kinds, impairments, hosts, buildings, control, relays (frozen).
+"""The lab spec's data model: NAT kinds, impairments, hosts, buildings, control, relays, DERP
+regions (frozen).
 
 spec.py reads a spec file (or mapping) into these values; everything else in the lab (naming,
 nft, network, control, the matrix model) works on them. NAT kinds follow RFC 4787 (see spec.py's
@@ -156,6 +157,34 @@ class RelaySpec:
 
 
 @dataclass(frozen=True)
+class DerpRegionSpec:
+    """A DERP region of the lab fleet (an entry of the fleet's ``derp_regions``)."""
+
+    code: str
+    """Region code (a name), e.g. ``east``."""
+    id: int
+    """Region id, 900..999."""
+    name: str
+    """Readable region name."""
+    servers: Tuple[str, ...]
+    """Hosts that run derper for it (each in a ``public`` building, with its own tailscaled)."""
+
+
+@dataclass(frozen=True)
+class DerpSpec:
+    """The lab's DERP setup: the fleet's own regions and whether headscale's embedded one runs."""
+
+    embedded: bool = True
+    """Run headscale's embedded DERP region (it stops with headscale)."""
+    regions: Mapping[str, DerpRegionSpec] = field(default_factory=dict)
+    """Regions by code, in spec order."""
+
+    def servers(self) -> List[Tuple[str, DerpRegionSpec]]:
+        """(host, region) of every derper, regions in spec order."""
+        return [(h, r) for r in self.regions.values() for h in r.servers]
+
+
+@dataclass(frozen=True)
 class LabSpec:
     """A validated lab description."""
 
@@ -170,6 +199,8 @@ class LabSpec:
     """Where the spec came from (file path or ``<dict>``), for messages."""
     relays: Mapping[str, RelaySpec] = field(default_factory=dict)
     """Peer relays by host name."""
+    derp: DerpSpec = field(default_factory=DerpSpec)
+    """The fleet's own DERP regions (derper on lab hosts) and the embedded region on or off."""
 
     @property
     def hosts(self) -> Tuple[HostSpec, ...]:

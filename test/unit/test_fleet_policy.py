@@ -35,6 +35,10 @@ def test_policy_rules(fleet) -> None:
         # the relay campus-relay (team alpha) serves bravo too: bravo may only ping it
         {"action": "accept", "proto": "icmp", "src": ["tag:team-bravo", "tag:ops-bravo"],
          "dst": ["tag:relay-campus-relay:*"]},
+        # the DERP hosts (east-derp, west-derp): every team may ping them, so their tailscaled
+        # knows every machine (derper --verify-clients)
+        {"action": "accept", "proto": "icmp",
+         "src": ["tag:team-alpha", "tag:ops-alpha", "tag:team-bravo", "tag:ops-bravo"], "dst": ["tag:derp:*"]},
     ]
     # every tag used anywhere (rules and hosts) has an owner, the fleet user
     used = {t for r in p["acls"] for t in r["src"] + [d.rsplit(":", 1)[0] for d in r["dst"]]}
