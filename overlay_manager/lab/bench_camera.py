@@ -38,7 +38,7 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence
 
 from . import camera_streams, robots
 from .bench_report import replot, write_report
@@ -282,7 +282,8 @@ def render_markdown(data: Dict[str, Any]) -> str:
              f"{m['seconds_per_stream']:g} s per stream, Twist at {m['control_hz']} Hz, {m['cores']} cores"
              + (f", load average {m['load_start']} at the start, {m['load_end']} at the end" if m.get("load_start")
                 else "") + ".", ""]
-    lines += ["| path | stream | rate Hz | PSNR mean / p5 dB | latency p50 / p99 ms | Twist RTT p50 / p99 ms | Mbit/s | "
+    lines += ["| path | stream | rate Hz | PSNR mean / p5 dB | latency p50 / p99 ms | Twist RTT p50 / p99 ms "
+              "| Mbit/s | "
               "encoder CPU % | decision |", "|---|---|---|---|---|---|---|---|---|"]
     for col in data["columns"]:
         res = data["results"].get(col, {})

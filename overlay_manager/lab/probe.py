@@ -32,6 +32,7 @@ import time
 from typing import Any, Dict, List, Optional
 
 from ..stats import latency_stats, rate_stats
+from .scene import DEFAULT_FRAMES
 
 
 def to_dict(msg: Any) -> Any:
@@ -114,6 +115,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     q.add_argument("--seconds", type=float, default=8.0)
     q.add_argument("--timeout", type=float, default=30.0, help="for every stream's first message")
     q.add_argument("--video", default="", help="the camera's video file (default: the lab camera's)")
+    q.add_argument("--scene-frames", type=int, default=DEFAULT_FRAMES, help="frames of the video the camera loops")
     q.add_argument("--psnr-every", type=int, default=1, help="PSNR of every N-th decoded picture")
     q.add_argument("--frames", action="store_true", help="include every message's [t, index, latency, bytes, psnr]")
     o = sub.add_parser("topics", help="published topics (name -> type), optionally after some appear")

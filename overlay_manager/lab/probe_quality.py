@@ -15,9 +15,9 @@ For every message the subscriber's callback notes the receipt (CLOCK_MONOTONIC),
 source frame's index from header.frame_id (``camera#123``, scene.frame_index), and hands the
 payload to the stream's worker thread, so decoding never delays the receipt times. The worker
 decodes every message (H.264 needs every frame for its references), and for every
-``--psnr-every``-th decoded picture computes its PSNR against the source frame, which it
-rebuilds from the same video file with the same decoding and scaling as the camera
-(scene.ReferenceFrames).
+``--psnr-every``-th decoded picture computes its PSNR against the source frame, read from the
+scene the camera plays (scene.SceneFrames: the same cached, scaled frames, bit-identical to
+what the camera sent).
 
 Measurement window: from the moment every stream has delivered its first message (or
 ``--timeout`` has passed) for ``--seconds``. Per stream (keys of the JSON's ``streams`` map,
@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Any, Deque, Dict, List, Optional, Tuple
 
 from ..stats import latency_stats, percentile, rate_stats
-from .scene import DEFAULT_VIDEO, ReferenceFrames, frame_index, psnr
+from .scene import DEFAULT_FRAMES, DEFAULT_VIDEO, SceneFrames, frame_index, psnr
 
 KINDS = ("raw", "jpeg", "h264")
 
@@ -84,7 +84,8 @@ class Decoder:
             return [(n, cv2.cvtColor(bgr, cv2.COLOR_BGR2RGB))]
         packet = self._av.Packet(data)
         packet.pts = n
-        return [(int(f.pts) if f.pts is not None else n, f.to_ndarray(format="rgb24")) for f in self._ctx.decode(packet)]
+        return [(int(f.pts) if f.pts is not None else n, f.to_ndarray(format="rgb24"))
+                for f in self._ctx.decode(packet)]
 
 
 class Stream:
@@ -95,8 +96,10 @@ class Stream:
     ``_todo`` under ``_lock`` and decodes without it; ``results`` is written only by the worker and
     read after :meth:`finish`."""
 
-    def __init__(self, kind: str, topic: str, video: Path, psnr_every: int, t_subscribe: float) -> None:
+    def __init__(self, kind: str, topic: str, video: Path, psnr_every: int, t_subscribe: float,
+                 scene_frames: int = DEFAULT_FRAMES) -> None:
         self.kind, self.topic, self.video, self.psnr_every = kind, topic, video, max(1, psnr_every)
+        self.scene_frames = scene_frames
         self.t_subscribe = t_subscribe
         self._lock = threading.Condition()
         self._todo: Deque[Tuple[int, bytes, int, int, str]] = deque()
@@ -128,7 +131,7 @@ class Stream:
         """Worker: decode every queued payload in order, PSNR every psnr_every-th picture."""
         try:
             decoder = Decoder(self.kind)
-            refs = ReferenceFrames(self.video)
+            refs = SceneFrames(self.video, frames=self.scene_frames)
         except Exception as exc:  # noqa: BLE001 - reported in the JSON, the receipts still count
             self.errors.append(f"{self.topic}: cannot decode ({type(exc).__name__}: {exc})")
             return
@@ -157,11 +160,10 @@ class Stream:
                 value: Optional[float] = None
                 idx = self.receipts[m][1] if m < len(self.receipts) else None
                 if idx is not None and pictures % self.psnr_every == 0:
-                    src = refs.get(idx)
+                    src = refs.frame(idx)
                     if src is not None and src.shape == pic.shape:
                         value = round(psnr(pic, src), 2)
                 self.results[m] = value
-        refs.close()
 
     def finish(self, timeout: float) -> bool:
         """No more payloads; wait up to ``timeout`` s for the worker to drain. True if it did."""
@@ -203,7 +205,7 @@ class Stream:
 
 
 def quality(rospy: Any, args: Any) -> Dict[str, Any]:
-    """Run the probe (args: stream, seconds, timeout, video, psnr_every, frames); returns the JSON
+    """Run the probe (args: stream, seconds, timeout, video, scene_frames, psnr_every, frames); returns the JSON
     data (``ok``, ``streams``, ``t_start``/``t_end`` CLOCK_MONOTONIC, ``waited_s``)."""
     from sensor_msgs.msg import CompressedImage, Image
 
@@ -212,7 +214,7 @@ def quality(rospy: Any, args: Any) -> Dict[str, Any]:
     subs = []
     video = Path(args.video) if args.video else DEFAULT_VIDEO
     for kind, topic in specs:
-        st = Stream(kind, topic, video, args.psnr_every, time.monotonic())
+        st = Stream(kind, topic, video, args.psnr_every, time.monotonic(), args.scene_frames)
         streams.append(st)
 
         def cb(msg: Any, st: Stream = st) -> None:

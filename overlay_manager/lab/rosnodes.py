@@ -9,8 +9,9 @@
 set to the send time and header.seq counting frames, so a subscriber on another lab host (same
 machine clock) measures rate, gaps and latency. By default it plays a real scene (scene.py: a
 video file scaled and looped, the frame's index in header.frame_id as ``camera#123``) so
-receivers also measure quality (PSNR against the source frame, probe_quality.py). ``echo`` republishes every geometry_msgs/Twist it
-receives unchanged, so the sender measures the round trip (see probe.py ``control``).
+receivers also measure quality (PSNR against the source frame, probe_quality.py). ``echo``
+republishes every geometry_msgs/Twist it receives unchanged, so the sender measures the round
+trip (see probe.py ``control``).
 
 Both need the ROS env of the host (robots.start_tool runs them with ``overlay_env``'s output, the
 way a user starts a node on that machine) and stop on SIGINT/SIGTERM.
@@ -23,7 +24,7 @@ import sys
 from pathlib import Path
 from typing import List, Optional
 
-from .scene import DEFAULT_VIDEO
+from .scene import DEFAULT_FRAMES, DEFAULT_VIDEO
 
 
 def textured_frames(width: int, height: int, count: int = 30) -> List[bytes]:
@@ -50,11 +51,12 @@ def textured_frames(width: int, height: int, count: int = 30) -> List[bytes]:
 
 
 def run_camera(topic: str, rate_hz: float, width: int, height: int, pattern: str = "scene",
-               video: str = "") -> None:
+               video: str = "", scene_frames: int = DEFAULT_FRAMES) -> None:
     """Publish width x height rgb8 frames on topic at rate_hz until shutdown.
 
-    pattern ``scene`` (default): the frames of ``video`` (scene.DEFAULT_VIDEO when empty), scaled
-    and looped, decoded on the fly; header.frame_id = ``camera#<index in the video>``
+    pattern ``scene`` (default): the first ``scene_frames`` frames of ``video``
+    (scene.DEFAULT_VIDEO when empty), scaled and looped, from the machine's shared cache
+    (scene.SceneFrames: decoded once, memory-mapped); header.frame_id = ``camera#<index in the video>``
     (scene.tag_frame_id) so receivers compute PSNR against the source frame. ``synthetic``: a
     moving random texture with real-camera JPEG sizes (textured_frames); ``gradient``: one plain
     gradient. header.stamp is the send time (set just before publishing), header.seq counts frames.
@@ -62,11 +64,12 @@ def run_camera(topic: str, rate_hz: float, width: int, height: int, pattern: str
     import rospy
     from sensor_msgs.msg import Image
 
-    from .scene import VideoFrames, tag_frame_id
+    from .scene import SceneFrames, tag_frame_id
 
     rospy.init_node("lab_camera", anonymous=True)
     pub = rospy.Publisher(topic, Image, queue_size=2)
-    scene = VideoFrames(Path(video) if video else DEFAULT_VIDEO, width, height) if pattern == "scene" else None
+    scene = SceneFrames(Path(video) if video else DEFAULT_VIDEO, width, height, scene_frames) \
+        if pattern == "scene" else None
     frames: List[bytes] = []
     if pattern == "synthetic":
         frames = textured_frames(width, height)
@@ -76,15 +79,15 @@ def run_camera(topic: str, rate_hz: float, width: int, height: int, pattern: str
     msg = Image(height=height, width=width, encoding="rgb8", is_bigendian=0, step=width * 3)
     msg.header.frame_id = "camera"
     rate = rospy.Rate(rate_hz)
-    what = f"{scene.path} ({scene.count} frames, looping)" if scene else pattern
+    what = f"{video or DEFAULT_VIDEO} ({scene.count} frames from {scene.path}, looping)" if scene else pattern
     rospy.loginfo("camera: %dx%d rgb8 at %.1f Hz on %s: %s", width, height, rate_hz, rospy.resolve_name(topic), what)
     seq = 0
     while not rospy.is_shutdown():
         seq += 1
         msg.header.seq = seq
         if scene is not None:
-            index, frame = scene.next()
-            msg.data = frame.tobytes()
+            index = (seq - 1) % scene.count
+            msg.data = scene.frame(index).tobytes()
             msg.header.frame_id = tag_frame_id("camera", index)
         else:
             msg.data = frames[seq % len(frames)]
@@ -121,12 +124,13 @@ def main(argv: Optional[List[str]] = None) -> int:
                    help="scene: a real video (--video), frame index in header.frame_id; synthetic: moving "
                         "texture with real-camera JPEG sizes; gradient: one plain frame")
     c.add_argument("--video", default="", help=f"video file for --pattern scene (default {DEFAULT_VIDEO})")
+    c.add_argument("--scene-frames", type=int, default=DEFAULT_FRAMES, help="loop the video's first N frames")
     e = sub.add_parser("echo", help="geometry_msgs/Twist echo")
     e.add_argument("--input", default="/cmd_vel")
     e.add_argument("--output", default="/cmd_vel_echo")
     args = ap.parse_args(argv)
     if args.cmd == "camera":
-        run_camera(args.topic, args.rate, args.width, args.height, args.pattern, args.video)
+        run_camera(args.topic, args.rate, args.width, args.height, args.pattern, args.video, args.scene_frames)
     else:
         run_echo(args.input, args.output)
     return 0

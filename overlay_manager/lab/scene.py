@@ -8,17 +8,24 @@ Frame identity
     The publisher writes the frame's index in the video into ``header.frame_id`` as
     ``<base>#<index>`` (``camera#123``, 0-based, restarting at 0 when the video loops). Every
     encoder of the project copies the raw image's header into its output (JPEG and H.264 alike),
-    so a receiver of any stream knows which source frame it got without a side topic, and
+    so a receiver of any stream knows which source frame it got without a side topic (a side
+    topic would have to be matched to frames by stamp, and would not survive a rosbag filter), and
     ``header.stamp`` (the send time) still gives the latency. :func:`tag_frame_id` and
     :func:`frame_index` are the two halves.
 
 Decoding
-    Frames are decoded on the fly (OpenCV's VideoCapture, one frame per publish) and scaled with
-    ``cv2.INTER_AREA``, then converted to RGB: about 2 ms a frame on one core, so 4 cameras at
-    30 Hz need about a quarter of one core. Holding the scaled video in memory would cost 730 MB
-    per process (795 x 640x480x3). The receiver (probe_quality.py) rebuilds the same source frame
-    with the same code (:class:`ReferenceFrames`: the same decoder walking forward, a small cache
-    of recent frames), so its reference is bit-identical to what the publisher sent.
+    Decoded once per machine, played from memory: the first use decodes the video's first
+    :data:`DEFAULT_FRAMES` frames (OpenCV's VideoCapture, FFmpeg backend), scales them with
+    ``cv2.INTER_LINEAR`` to RGB and writes them to a cache file in /dev/shm
+    (:func:`scene_file`); every camera and every receiver of the machine then memory-maps that
+    one file (:class:`SceneFrames`), so publishing a frame is a copy (about 0.2 ms) and a
+    receiver's reference frame costs nothing. Measured here for comparison, per 640x480 frame on
+    one core: decoding 1.0-2.3 ms, INTER_LINEAR scaling 0.65-1.9 ms, the RGB conversion
+    0.05-0.9 ms (the larger values with the machine's 2 cores busy): decoding on the fly would
+    cost each camera 7-15 % of a core at 30 Hz and each receiver as much again for its
+    references, 0.5-1.2 cores for four cameras and their viewer. ``INTER_AREA`` scaling alone
+    costs 7.5 ms at this non-integer ratio (768x576 -> 640x480). The whole video (795 frames)
+    would take 730 MB; 300 frames (a 10 s loop) take 276 MB, one copy for the machine.
 
 PSNR
     :func:`psnr`: 10 log10(255^2 / MSE) over all samples of the RGB frame (every channel, every
@@ -29,14 +36,19 @@ Needs numpy and OpenCV (python3-opencv); no ROS.
 """
 from __future__ import annotations
 
+import fcntl
 import math
+import os
 import re
-from collections import OrderedDict
+import tempfile
 from pathlib import Path
 from typing import Any, Optional, Tuple
 
 DEFAULT_VIDEO = Path("/usr/share/doc/opencv-doc/examples/data/vtest.avi")
 """A pedestrian scene, 768x576, 795 frames (Debian package opencv-doc)."""
+DEFAULT_FRAMES = 300
+"""Frames of the video the camera loops by default: 10 s at 30 Hz (276 MB at 640x480 RGB, cached
+once per machine)."""
 PSNR_IDENTICAL = 99.0
 """PSNR reported for a picture identical to its source (dB)."""
 _FRAME_ID = re.compile(r"#(\d+)$")
@@ -72,17 +84,16 @@ class VideoError(Exception):
 
 
 class VideoFrames:
-    """Frames of a video file, scaled to ``width`` x ``height`` RGB (uint8, HxWx3), in order,
-    looping: :meth:`next` returns ``(index, frame)`` with index 0..count-1.
-
-    Not thread-safe: one owner calls :meth:`next` / :meth:`skip`.
-    """
+    """Frames of a video file, decoded and scaled to ``width`` x ``height`` RGB (uint8, HxWx3), in
+    order, looping: :meth:`next` returns ``(index, frame)`` with index 0..count-1 (what
+    :func:`scene_file` caches). Not thread-safe: one owner calls :meth:`next`."""
 
     def __init__(self, path: Path = DEFAULT_VIDEO, width: int = 640, height: int = 480) -> None:
         import cv2
 
         self.path, self.width, self.height = Path(path), width, height
         self._cv2 = cv2
+        cv2.setNumThreads(1)  # 2 cores shared by 4 cameras: threads only add overhead
         if not self.path.is_file():
             raise VideoError(f"video {self.path} not found: install Debian's opencv-doc (scripts/setup does) "
                              "or give another file")
@@ -103,7 +114,7 @@ class VideoFrames:
     def _scaled(self, bgr: Any) -> Any:
         cv2 = self._cv2
         if bgr.shape[1] != self.width or bgr.shape[0] != self.height:
-            bgr = cv2.resize(bgr, (self.width, self.height), interpolation=cv2.INTER_AREA)
+            bgr = cv2.resize(bgr, (self.width, self.height), interpolation=cv2.INTER_LINEAR)
         return cv2.cvtColor(bgr, cv2.COLOR_BGR2RGB)
 
     def _wrap(self) -> None:
@@ -125,25 +136,6 @@ class VideoFrames:
         self._next += 1
         return index, self._scaled(bgr)
 
-    def skip(self) -> int:
-        """Decode past the next frame without scaling it (for seeking forward); returns its index."""
-        if not self._cap.grab():
-            self._wrap()
-            if not self._cap.grab():
-                raise VideoError(f"video {self.path}: frame 0 cannot be decoded")
-        index = self._next
-        self._next += 1
-        return index
-
-    @property
-    def position(self) -> int:
-        """Index of the frame :meth:`next` returns next (before a wrap is noticed)."""
-        return self._next
-
-    def rewind(self) -> None:
-        """Start again at frame 0."""
-        self._open()
-
     def close(self) -> None:
         """Release the decoder."""
         if self._cap is not None:
@@ -151,44 +143,61 @@ class VideoFrames:
             self._cap = None
 
 
-class ReferenceFrames:
-    """The source frame for an index, for a receiver that sees frames mostly in order, maybe with
-    gaps (dropped frames) and wrap-arounds (the video loops): one :class:`VideoFrames` walking
-    forward, the last ``keep`` frames cached. A request behind the cache rewinds to 0 and walks
-    forward again (a loop of the video, or a stream that started over).
+def cache_dir() -> Path:
+    """Where scaled scenes are cached: /dev/shm (memory) when there is one, else the temp dir."""
+    base = Path("/dev/shm") if Path("/dev/shm").is_dir() else Path(tempfile.gettempdir())
+    return base / "overlay_manager-scene"
 
-    Not thread-safe: one owner (a receiver's worker thread).
-    """
 
-    def __init__(self, path: Path = DEFAULT_VIDEO, width: int = 640, height: int = 480, keep: int = 16) -> None:
-        self.video = VideoFrames(path, width, height)
-        self.keep = keep
-        self._cache: "OrderedDict[int, Any]" = OrderedDict()
-        self.decoded = 0  # frames decoded to serve requests (CPU cost indicator)
+def scene_file(video: Path, width: int, height: int, frames: int) -> Path:
+    """The cache file of ``video``'s first ``frames`` frames scaled to width x height RGB (raw
+    uint8, frame after frame), made on first use (under a lock: cameras starting together decode
+    the video once) and shared by every process of the machine through the page cache."""
+    video = Path(video)
+    try:
+        st = video.stat()
+    except OSError as exc:
+        raise VideoError(f"video {video} not found: install Debian's opencv-doc (scripts/setup does) "
+                         f"or give another file ({exc.strerror})") from exc
+    d = cache_dir()
+    d.mkdir(mode=0o755, parents=True, exist_ok=True)
+    path = d / f"{video.stem}-{st.st_size}-{int(st.st_mtime)}-{width}x{height}-{frames}.rgb"
+    with open(d / ".lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not path.exists():
+            src = VideoFrames(video, width, height)
+            tmp = path.with_suffix(f".tmp{os.getpid()}")
+            try:
+                with open(tmp, "wb") as f:
+                    for _ in range(min(frames, src.count) if src.count else frames):
+                        i, frame = src.next()
+                        if i == 0 and f.tell():
+                            break  # the video is shorter than its header said
+                        f.write(frame.tobytes())
+                os.replace(tmp, path)
+            finally:
+                src.close()
+                if tmp.exists():
+                    tmp.unlink()
+    return path
 
-    def get(self, index: int) -> Optional[Any]:
-        """The RGB source frame ``index``; None when the video has no such frame."""
-        if index in self._cache:
-            return self._cache[index]
-        if index < 0 or (self.video.count and index >= self.video.count):
-            return None
-        if index < self.video.position:
-            self.video.rewind()
-            self._cache.clear()
-        while self.video.position < index:
-            self.video.skip()
-            self.decoded += 1
-            if self.video.count and index >= self.video.count:  # shorter than its header said
-                return None
-        i, frame = self.video.next()
-        self.decoded += 1
-        if i != index:  # the video was shorter than its header said
-            return None
-        self._cache[i] = frame
-        while len(self._cache) > self.keep:
-            self._cache.popitem(last=False)
-        return frame
 
-    def close(self) -> None:
-        """Release the decoder."""
-        self.video.close()
+class SceneFrames:
+    """The scene as the lab camera plays it: frame ``i`` (0 <= i < count) of the video scaled to
+    width x height RGB, from the shared cache file (:func:`scene_file`, memory-mapped: no decoding
+    after the first use on the machine). ``frame(i)`` is a read-only HxWx3 uint8 array."""
+
+    def __init__(self, video: Path = DEFAULT_VIDEO, width: int = 640, height: int = 480,
+                 frames: int = DEFAULT_FRAMES) -> None:
+        import numpy as np
+
+        self.path = scene_file(Path(video), width, height, frames)
+        size = self.path.stat().st_size
+        self.count = size // (width * height * 3)
+        if self.count == 0:
+            raise VideoError(f"video {video}: no frame could be decoded")
+        self._frames = np.memmap(self.path, dtype=np.uint8, mode="r", shape=(self.count, height, width, 3))
+
+    def frame(self, index: int) -> Optional[Any]:
+        """Frame ``index``; None outside 0..count-1."""
+        return self._frames[index] if 0 <= index < self.count else None

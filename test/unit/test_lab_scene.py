@@ -2,6 +2,7 @@
 frames, and the quality probe's decoders (JPEG, H.264 Annex B one frame per message)."""
 from __future__ import annotations
 
+import fractions
 import math
 
 import pytest
@@ -73,19 +74,26 @@ def test_video_frames_loop_and_scale(small_video):
     v.close()
 
 
-def test_reference_frames_equal_the_published_ones(small_video):
-    """The receiver's reference for an index is bit-identical to what the camera sent, whatever
-    the order of requests (gaps, repeats, a loop back to 0)."""
-    from overlay_manager.lab.scene import ReferenceFrames, VideoFrames
+def test_scene_frames_are_the_decoded_frames_cached_once(small_video, tmp_path, monkeypatch):
+    """The shared cache holds exactly what the decoder gives (so the receiver's reference is
+    bit-identical to what the camera sent); a second user reuses the file; a count beyond the
+    video's length stops at its end."""
+    from overlay_manager.lab import scene
 
-    v = VideoFrames(small_video, 80, 60)
-    sent = dict(v.next() for _ in range(12))
-    refs = ReferenceFrames(small_video, 80, 60, keep=2)
-    for idx in (0, 1, 5, 5, 9, 11, 2, 3, 0, 10):
-        ref = refs.get(idx)
-        assert ref is not None and (ref == sent[idx]).all(), idx
-    assert refs.get(12) is None and refs.get(-1) is None
-    refs.close()
+    monkeypatch.setattr(scene, "cache_dir", lambda: tmp_path / "cache")
+    v = scene.VideoFrames(small_video, 80, 60)
+    decoded = dict(v.next() for _ in range(12))
+    s1 = scene.SceneFrames(small_video, 80, 60, frames=8)
+    assert s1.count == 8
+    for i in (0, 5, 7):
+        assert (s1.frame(i) == decoded[i]).all()
+    assert s1.frame(8) is None and s1.frame(-1) is None
+    mtime = s1.path.stat().st_mtime_ns
+    s2 = scene.SceneFrames(small_video, 80, 60, frames=8)
+    assert s2.path == s1.path and s2.path.stat().st_mtime_ns == mtime
+    whole = scene.SceneFrames(small_video, 80, 60, frames=100)
+    assert whole.count == 12 and (whole.frame(11) == decoded[11]).all()
+    assert not list((tmp_path / "cache").glob("*.tmp*"))
 
 
 def test_missing_video_names_the_fix(tmp_path):
@@ -94,6 +102,9 @@ def test_missing_video_names_the_fix(tmp_path):
 
     with pytest.raises(VideoError, match="opencv-doc"):
         VideoFrames(tmp_path / "none.avi")
+    from overlay_manager.lab.scene import SceneFrames
+    with pytest.raises(VideoError, match="opencv-doc"):
+        SceneFrames(tmp_path / "none.avi")
 
 
 def _h264_packets(frames, gop=10):
@@ -102,8 +113,9 @@ def _h264_packets(frames, gop=10):
     ctx = av.CodecContext.create("libx264", "w")
     h, w = frames[0].shape[:2]
     ctx.width, ctx.height, ctx.pix_fmt = w, h, "yuv420p"
-    ctx.time_base = av.Rational(1, 30) if hasattr(av, "Rational") else __import__("fractions").Fraction(1, 30)
-    ctx.options = {"preset": "ultrafast", "tune": "zerolatency", "x264-params": f"keyint={gop}:min-keyint={gop}:repeat-headers=1"}
+    ctx.time_base = fractions.Fraction(1, 30)
+    ctx.options = {"preset": "ultrafast", "tune": "zerolatency",
+                   "x264-params": f"keyint={gop}:min-keyint={gop}:repeat-headers=1"}
     out = []
     for i, f in enumerate(frames):
         vf = av.VideoFrame.from_ndarray(f, format="rgb24")
