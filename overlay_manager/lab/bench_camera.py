@@ -164,7 +164,8 @@ class CameraBench:
         threads = [threading.Thread(target=f) for f in ((view, control, states) if encoded else (view, control))]
         for t in threads:
             t.start()
-        sampler = camera_streams.CpuSampler(self.encoder_pids if encoded else [])
+        sampler = camera_streams.CpuSampler(camera_streams.encoder_pids(self.encoder) if encoded and self.encoder
+                                            else [])
         while any(t.is_alive() for t in threads):
             if encoded:
                 sampler.sample()

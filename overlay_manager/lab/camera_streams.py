@@ -52,9 +52,17 @@ def detect_streams(lab: Lab, host: str, raw: str, wait_s: float = 8.0) -> Dict[s
     """kind -> topic of the streams of ``raw`` that the master lists, asked from ``host``; waits
     up to ``wait_s`` for the H.264 topic (an encoder just started advertises within a second or
     two), then takes what is there."""
-    res = robots.run_probe(lab, host, ["topics", "--wait-for", stream_topics(raw)["h264"][0], "--timeout",
-                                       f"{wait_s:g}"], timeout=wait_s + 30)
-    return pick_streams(raw, list(res.get("topics") or {}))
+    return detect_many(lab, host, [raw], wait_s)[raw]
+
+
+def detect_many(lab: Lab, host: str, raws: Sequence[str], wait_s: float = 8.0) -> Dict[str, Dict[str, str]]:
+    """:func:`detect_streams` for several raw topics with one question to the master (waits up to
+    ``wait_s`` for every H.264 topic)."""
+    args = ["topics", "--timeout", f"{wait_s:g}"]
+    for raw in raws:
+        args += ["--wait-for", stream_topics(raw)["h264"][0]]
+    published = list(robots.run_probe(lab, host, args, timeout=wait_s + 30).get("topics") or {})
+    return {raw: pick_streams(raw, published) for raw in raws}
 
 
 def quality(lab: Lab, host: str, streams: Sequence[Tuple[str, str]], seconds: float, timeout: float = 60.0,
@@ -102,8 +110,15 @@ def descendants(pid: int) -> List[int]:
 
 def encoder_pids(launch: subprocess.Popen, timeout: float = 120.0) -> List[int]:
     """The encoder node processes under an encoder's roslaunch (every descendant that is not
-    roslaunch or its shell); waits until there is one."""
+    roslaunch or its shell); waits until there is one. Ask again right before measuring: a
+    node may have been respawned."""
     def nodes() -> Optional[List[int]]:
+        try:
+            own = Path(f"/proc/{launch.pid}/cmdline").read_bytes()
+        except OSError:
+            raise LabError(f"the encoder's roslaunch (pid {launch.pid}) exited") from None
+        if b"roslaunch" not in own:
+            return None  # still the shell running overlay_env before its exec
         pids = []
         for p in descendants(launch.pid):
             try:
@@ -137,7 +152,8 @@ class CpuSampler:
     def sample(self) -> None:
         """One (time.monotonic(), summed CPU s or None when any process is gone) sample."""
         vals = [cpu_seconds(p) for p in self.pids]
-        self.samples.append((time.monotonic(), None if any(v is None for v in vals) else sum(vals)))  # type: ignore[arg-type]
+        total = None if not vals or any(v is None for v in vals) else sum(v for v in vals if v is not None)
+        self.samples.append((time.monotonic(), total))
 
     def pct(self) -> Optional[float]:
         """% of one core while working (see active_cpu_pct)."""

@@ -65,7 +65,6 @@ class FleetCamera:
         self.lab, self.say = lab, say
         self.procs: List[subprocess.Popen] = []
         self.encoders: Dict[str, subprocess.Popen] = {}
-        self.encoder_pids: Dict[str, List[int]] = {}
         self.streams: Dict[str, Dict[str, str]] = {}  # robot -> kind -> topic
 
     def start(self, uplink_mbit: float = UPLINK_MBIT, budget_kbps: float = BUDGET_KBPS) -> Dict[str, float]:
@@ -91,12 +90,11 @@ class FleetCamera:
             self.encoders[r] = camera_streams.start_encoder(lab, r, raw_topic(r), node(r), f"link_aware_camera_{ns}",
                                                             budget_kbps, "encoder")
         for r in ROBOTS:
-            self.encoder_pids[r] = camera_streams.encoder_pids(self.encoders[r])
+            camera_streams.encoder_pids(self.encoders[r])  # each encoder's node is up
         self.wait_derp()
         times["derp_s"] = round(time.monotonic() - t0, 1)
-        for r in ROBOTS:
-            self.streams[r] = camera_streams.detect_streams(lab, LAPTOP, raw_topic(r),
-                                                            wait_s=8.0 if r == ROBOTS[0] else 2.0)
+        found = camera_streams.detect_many(lab, LAPTOP, [raw_topic(r) for r in ROBOTS])
+        self.streams = {r: found[raw_topic(r)] for r in ROBOTS}
         times["ready_s"] = round(time.monotonic() - t0, 1)
         self.say(f"streams: {self.streams[ROBOTS[0]]} (and the same for each robot); {times}")
         return times
@@ -145,7 +143,7 @@ class FleetCamera:
         threads = [threading.Thread(target=viewer)]
         if control:
             threads += [threading.Thread(target=twist, args=(r,)) for r in ROBOTS]
-        samplers = {r: camera_streams.CpuSampler(self.encoder_pids[r]) for r in ROBOTS}
+        samplers = {r: camera_streams.CpuSampler(camera_streams.encoder_pids(self.encoders[r])) for r in ROBOTS}
         for t in threads:
             t.start()
         extra: Optional[threading.Thread] = None
@@ -164,6 +162,7 @@ class FleetCamera:
         streams = q.get("streams") or {}
         out["streams"] = {r: camera_streams.stream_row(streams.get(self.streams[r][kind], {})) for r in ROBOTS}
         out["encoder_cpu_pct"] = {r: (samplers[r].pct() if kind != "raw" else None) for r in ROBOTS}
+        out["receiver_cpu_pct"] = q.get("receiver_cpu_pct")
         return out
 
     def late_subscriber(self, kind: str, robot: str, seconds: float = 4.0) -> Dict[str, Any]:

@@ -19,7 +19,8 @@ decodes every message (H.264 needs every frame for its references), and for ever
 scene the camera plays (scene.SceneFrames: the same cached, scaled frames, bit-identical to
 what the camera sent).
 
-Measurement window: from the moment every stream has delivered its first message (or
+``receiver_cpu_pct``: this process's CPU (all threads: receiving, decoding, PSNR) over the window,
+in % of one core. Measurement window: from the moment every stream has delivered its first message (or
 ``--timeout`` has passed) for ``--seconds``. Per stream (keys of the JSON's ``streams`` map,
 in the order given): ``count``, ``rate_hz``, ``span_rate_hz``, ``max_gap_s``,
 ``latency_p50_ms``/``p99``/``max``, ``bytes_per_s``, ``kbps`` (payload bytes in the window),
@@ -226,11 +227,12 @@ def quality(rospy: Any, args: Any) -> Dict[str, Any]:
     deadline = t0 + args.timeout
     while time.monotonic() < deadline and not all(st.receipts for st in streams):
         time.sleep(0.05)
-    start = time.monotonic()
+    start, cpu0 = time.monotonic(), time.process_time()
     time.sleep(args.seconds)
-    end = time.monotonic()
+    end, cpu1 = time.monotonic(), time.process_time()
     for s in subs:
         s.unregister()
     drained = all(st.finish(max(1.0, args.seconds)) for st in streams)
     return {"ok": True, "t_start": start, "t_end": end, "waited_s": round(start - t0, 3), "drained": drained,
+            "receiver_cpu_pct": round(100.0 * (cpu1 - cpu0) / (end - start), 1),
             "streams": {st.topic: st.report(start, end, args.frames) for st in streams}}

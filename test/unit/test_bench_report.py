@@ -120,3 +120,39 @@ def test_demo_path_seen_waits_for_the_path_then_the_hold():
     assert seen.seen_at() == pytest.approx(since + seen.after_s)
     seen.since -= 10.0  # as if 10 s had passed
     assert seen({"robot1": ("direct", 1.0, "")})  # held long enough, whatever the path now
+
+
+def test_demo_stream_cells():
+    from overlay_manager.lab.demo import stream_cells
+
+    row = {"rate_hz": 30.0, "latency_p50_ms": 12.4, "latency_p99_ms": 40.2, "kbps": 7600.0, "psnr_mean": 36.04}
+    assert stream_cells(row, short=True) == "30.0 Hz, 12 ms, 7.6 Mbit/s, PSNR 36.0 dB"
+    assert stream_cells(row) == " 30.0 Hz, latency p50    12 ms / p99    40 ms,    7.6 Mbit/s, PSNR 36.0 dB"
+    raw = {"rate_hz": 16.1, "latency_p50_ms": 362.0, "latency_p99_ms": None, "kbps": 118700.0, "psnr_mean": 99.0}
+    assert stream_cells(raw, short=True) == "16.1 Hz, 362 ms, 118.7 Mbit/s, PSNR lossless"
+    assert "p99 ? ms" in stream_cells(raw)
+
+
+def test_fleet_markdown_and_goals():
+    def stream(rate, psnr, p99, kbps):
+        return {"rate_hz": rate, "psnr_mean": psnr, "psnr_p5": min(psnr, 98.0) - 1 if psnr < 99 else psnr, "latency_p50_ms": 20.0,
+                "latency_p99_ms": p99, "kbps": kbps}
+    robots = ["alpha-robot1", "alpha-robot2"]
+    data = {"meta": {"date": "2026-11-25 16:00", "seconds_per_kind": 10, "uplink_mbit": 30, "budget_kbps": 6000,
+                     "cores": 2, "load_start": [3.0, 2.0, 1.0], "load_end": [4.0, 3.0, 2.0], "image": "scene",
+                     "control_hz": 50, "robots": robots, "viewer": "ops-laptop", "kinds": ["raw", "h264"],
+                     "goals": bench_fleet.GOALS, "episode_margin_db": 4.0, "run_seconds": 200, "errors": []},
+            "results": {"raw": {"streams": {r: stream(3.0, 99.0, 900.0, 22000.0) for r in robots},
+                                "control": {r: {"rtt_p50_ms": 40.0, "rtt_p99_ms": 400.0} for r in robots},
+                                "encoder_cpu_pct": {r: None for r in robots}},
+                        "h264": {"streams": {"alpha-robot1": stream(30.0, 40.0, 60.0, 2500.0),
+                                             "alpha-robot2": stream(29.5, 37.5, 70.0, 2400.0)},
+                                 "control": {r: {"rtt_p50_ms": 5.0, "rtt_p99_ms": 30.0} for r in robots},
+                                 "encoder_cpu_pct": {r: 6.0 for r in robots}}},
+            "episode": {}}
+    assert bench_fleet.goal_check(data["results"]["h264"]) == {"rate_hz": True, "psnr_mean": False,
+                                                               "latency_p99_ms": True, "rtt_p99_ms": True}
+    md = bench_fleet.render_markdown(data).splitlines()
+    assert "| raw rgb8 | alpha-robot1 | 3.0 | lossless / lossless | 20 / 900 | 22.00 | 40.0 / 400.0 | - |" in md
+    assert "| link-aware H.264 | alpha-robot2 | 29.5 | 37.5 / 36.5 | 20 / 70 | 2.40 | 5.0 / 30.0 | 6.0 |" in md
+    assert any(line.startswith("Goals for link-aware H.264") and "psnr_mean NOT met" in line for line in md)
