@@ -71,7 +71,7 @@ def run_camera(topic: str, rate_hz: float, width: int, height: int, pattern: str
     scene = SceneFrames(Path(video) if video else DEFAULT_VIDEO, width, height, scene_frames) \
         if pattern == "scene" else None
     frames: List[bytes] = []
-    if pattern == "synthetic":
+    if pattern in ("synthetic", "textured"):
         frames = textured_frames(width, height)
     elif pattern == "gradient":
         row = bytes(range(256)) * (width * 3 // 256 + 1)
@@ -120,9 +120,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     c.add_argument("--rate", type=float, default=30.0, help="Hz")
     c.add_argument("--width", type=int, default=640)
     c.add_argument("--height", type=int, default=480)
-    c.add_argument("--pattern", choices=["scene", "synthetic", "gradient"], default="scene",
-                   help="scene: a real video (--video), frame index in header.frame_id; synthetic: moving "
-                        "texture with real-camera JPEG sizes; gradient: one plain frame")
+    c.add_argument("--pattern", choices=["scene", "synthetic", "textured", "gradient"], default="scene",
+                   help="scene: a real video (--video), frame index in header.frame_id; synthetic (or its "
+                        "older name textured): moving texture with real-camera JPEG sizes; gradient: one plain frame")
     c.add_argument("--video", default="", help=f"video file for --pattern scene (default {DEFAULT_VIDEO})")
     c.add_argument("--scene-frames", type=int, default=DEFAULT_FRAMES, help="loop the video's first N frames")
     e = sub.add_parser("echo", help="geometry_msgs/Twist echo")
