@@ -5,10 +5,10 @@
 prints ``export ROS_HOSTNAME=<this machine's overlay name>``, ``export
 ROS_MASTER_URI=http://<master's overlay name>:<port>``, ``unset ROS_IP``, ``export
 OVERLAY_MANAGER_HOST=<short name>``, ``export OVERLAY_MANAGER_NS=<ROS namespace of the short name>``
-(``ros_names.ros_namespace``: ``alpha-robot1`` -> ``alpha_robot1``) and, when tailscaled was asked (--enrol or --write-hosts),
-``export OVERLAY_MANAGER_ADDRESS=<overlay IPv4 address>``. It needs only the config (overlay name
-= <hostname>.<base_domain>), so it works before the node runs. Options can enrol the machine,
-write the managed hosts block and wait for the master first.
+(``ros_names.ros_namespace``: ``alpha-robot1`` -> ``alpha_robot1``) and, when tailscaled was
+asked (--enrol or --write-hosts), ``export OVERLAY_MANAGER_ADDRESS=<overlay IPv4 address>``.
+It needs only the config (overlay name = <hostname>.<base_domain>), so it works before the node
+runs. Options can enrol the machine, write the managed hosts block and wait for the master first.
 
 ``--env-file FILE`` writes the same variables as a systemd EnvironmentFile instead (``KEY=value``
 lines, no ``export``/``unset``; systemd rejects those), replacing FILE atomically. Exit status is
