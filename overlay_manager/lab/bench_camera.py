@@ -105,7 +105,9 @@ class CameraBench:
             log = Path(self.lab.host_dir(ROBOT)) / f"{name}.log"
             say(f"encoder log {log}:\n" + (log.read_text(errors="replace")[-3000:] if log.exists() else "(none)"))
             raise
-        self.streams = camera_streams.detect_streams(self.lab, LAPTOP, RAW)
+        # the first encoder gets 8 s to advertise H.264; later ones are the same binary
+        self.streams = camera_streams.detect_streams(self.lab, LAPTOP, RAW, wait_s=8.0 if len(self.streams) < 2
+                                                     else 3.0)
 
     def stop_encoder(self) -> None:
         """Stop the encoder's roslaunch (by pid)."""

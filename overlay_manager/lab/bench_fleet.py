@@ -195,6 +195,10 @@ def render_markdown(data: Dict[str, Any]) -> str:
                          f"{_f(c.get('rtt_p50_ms'), '{:.1f}')} / {_f(c.get('rtt_p99_ms'), '{:.1f}')} | "
                          f"{_f(res['encoder_cpu_pct'].get(r), '{:.1f}')} |")
     lines.append("")
+    cpu = {k: data["results"][k].get("receiver_cpu_pct") for k in m["kinds"] if data["results"].get(k)}
+    if any(v is not None for v in cpu.values()):
+        lines += ["The viewer's own CPU (receiving, decoding and PSNR of all four streams, % of one core): "
+                  + ", ".join(f"{camera_streams.KIND_LABELS.get(k, k)} {v}" for k, v in cpu.items()) + ".", ""]
     for kind in m["kinds"]:
         res = data["results"].get(kind)
         if res and kind != "raw":
