@@ -110,6 +110,14 @@ class Stream:
         self.errors: List[str] = []
         self.first_picture_t: Optional[float] = None
         self._closed = False
+        # made before subscribing, so a first picture's time is the stream's, not our start-up's
+        self._decoder: Optional[Decoder] = None
+        self._refs: Optional[SceneFrames] = None
+        try:
+            self._decoder = Decoder(kind)
+            self._refs = SceneFrames(video, frames=scene_frames)
+        except Exception as exc:  # noqa: BLE001 - reported in the JSON, the receipts still count
+            self.errors.append(f"{topic}: cannot decode ({type(exc).__name__}: {exc})")
         self._thread = threading.Thread(target=self.work, name=f"quality {topic}", daemon=True)
         self._thread.start()
 
@@ -130,11 +138,8 @@ class Stream:
 
     def work(self) -> None:
         """Worker: decode every queued payload in order, PSNR every psnr_every-th picture."""
-        try:
-            decoder = Decoder(self.kind)
-            refs = SceneFrames(self.video, frames=self.scene_frames)
-        except Exception as exc:  # noqa: BLE001 - reported in the JSON, the receipts still count
-            self.errors.append(f"{self.topic}: cannot decode ({type(exc).__name__}: {exc})")
+        decoder, refs = self._decoder, self._refs
+        if decoder is None or refs is None:
             return
         pictures = 0
         while True:
