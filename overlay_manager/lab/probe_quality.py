@@ -226,6 +226,7 @@ def quality(rospy: Any, args: Any) -> Dict[str, Any]:
         def cb(msg: Any, st: Stream = st) -> None:
             st.on_message(msg, rospy.Time.now().to_sec())
 
+        st.t_subscribe = time.monotonic()
         subs.append(rospy.Subscriber(topic, Image if kind == "raw" else CompressedImage, cb, queue_size=200,
                                      buff_size=2 ** 24, tcp_nodelay=True))
     t0 = time.monotonic()
