@@ -37,6 +37,7 @@ from .scene import DEFAULT_VIDEO
 ROBOT, LAPTOP = "robot1", "laptop"
 CAMERA = "/camera/image_raw"
 TICK_S = 2.0
+NAME_W = max(len(ROBOT), len(LAPTOP))  # width of the live table's node and peer columns
 
 
 def node(host: str) -> str:
@@ -190,7 +191,7 @@ class Demo:
 
     def header(self) -> None:
         """The live table's column headings."""
-        print(f"    {'time':>6}  {'node':<7} {'peer':<7} {'path':<7} {'via':<22} {'ping rtt':>9}   "
+        print(f"    {'time':>6}  {'node':<{NAME_W}} {'peer':<{NAME_W}} {'path':<7} {'via':<22} {'ping rtt':>9}   "
               "raw camera received on the laptop (last 2 s)", flush=True)
 
     def live(self, seconds: float, until: Optional[Callable[[Dict[str, Any]], bool]] = None) -> float:
@@ -217,7 +218,7 @@ class Demo:
                 path, lat, via = ev["paths"][peer] if ev else ("?", None, "")
                 views[who] = ev["paths"] if ev else {}
                 lat_s = f"{lat:6.2f} ms" if lat is not None else "       ?"
-                print((f"    {now - self.t0:5.0f}s  {who:<7} {peer:<7} {path:<7} {via:<22} {lat_s:>9}   "
+                print((f"    {now - self.t0:5.0f}s  {who:<{NAME_W}} {peer:<{NAME_W}} {path:<7} {via:<22} {lat_s:>9}   "
                        + (cam if who == LAPTOP else "")).rstrip(), flush=True)
             if until is not None and until(views.get(LAPTOP, {})):
                 break
