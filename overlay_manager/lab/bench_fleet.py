@@ -58,16 +58,18 @@ def load_average() -> List[float]:
 
 
 def episode_check(frames: Sequence[Sequence[Any]], t_congest: float, t_restore: float,
-                  settle_s: float = EPISODE_SETTLE_S, margin_db: float = EPISODE_MARGIN_DB) -> Dict[str, Any]:
+                  settle_s: float = EPISODE_SETTLE_S, margin_db: float = EPISODE_MARGIN_DB,
+                  since: float = -1e18) -> Dict[str, Any]:
     """One stream's frames ``[t, index, latency_ms, bytes, psnr]`` around an episode in which the
     link was congested from ``t_congest`` to ``t_restore`` (CLOCK_MONOTONIC s): the mean PSNR
-    before, the lowest during and after (from ``t_restore + settle_s``), frame counts and
-    ``ok``: no decoded frame after the episode below mean - ``margin_db`` (None when there was no
-    PSNR before or after)."""
+    before (from ``since``, the measurement window's start: the first pictures after subscribing
+    come at the encoder's start-up quality), the lowest during and after (from ``t_restore +
+    settle_s``), frame counts and ``ok``: no decoded frame after the episode below mean -
+    ``margin_db`` (None when there was no PSNR before or after)."""
     def ps(lo: float, hi: float) -> List[float]:
         return [f[4] for f in frames if lo <= f[0] < hi and f[4] is not None]
 
-    before, during = ps(-1e18, t_congest), ps(t_congest, t_restore + settle_s)
+    before, during = ps(since, t_congest), ps(t_congest, t_restore + settle_s)
     after = ps(t_restore + settle_s, 1e18)
     mean = sum(before) / len(before) if before else None
     low_after = min(after) if after else None
@@ -126,7 +128,8 @@ def run(out_dir: Path, seconds: float, uplink_mbit: float, budget_kbps: float, e
                            **marks, "streams": {}}
                 for r in ROBOTS:
                     frames = q[fc.streams[r][best]].get("frames") or []
-                    episode["streams"][r] = {**episode_check(frames, marks["t_congest"], marks["t_restore"]),
+                    episode["streams"][r] = {**episode_check(frames, marks["t_congest"], marks["t_restore"],
+                                                             since=res["quality"]["t_start"]),
                                              "undecodable": res["streams"][r]["undecodable"],
                                              "series": [[round(f[0] - res["quality"]["t_start"], 3), f[4]]
                                                         for f in frames if f[4] is not None]}
