@@ -18,6 +18,7 @@ from .validation import (
     Reader,
     is_domain,
     load_yaml,
+    lower_case_hint,
     require_file,
     shorten,
     type_name,
@@ -69,6 +70,9 @@ class NodeSettings:
     netcheck_interval: float = field(default=60.0, metadata=_limits(le=86400))
     # s between topic-link maps (~topic_links, which machines carry ROS connections); 0 = off
     topic_links_interval: float = field(default=5.0, metadata=_limits(le=86400))
+    # TCP port of rosbridge's websocket on this machine (robot.launch rosbridge:=true passes it):
+    # /diagnostics says when it is reachable beyond loopback and the overlay; 0 = not checked
+    rosbridge_port: int = field(default=0, metadata=_limits(ge=0, le=65535))
 
 
 @dataclass(frozen=True)
@@ -151,7 +155,8 @@ def parse_robot_config(raw: Any, source: str, base_dir: Optional[str] = None) ->
             raise r.error(key, "missing (required)")
     hostname = r.string(data["hostname"], "hostname")
     if not DNS_LABEL.match(hostname):
-        raise r.error("hostname", f"{shorten(hostname)} is not a DNS label (lowercase a-z, 0-9, '-', at most 63)")
+        raise r.error("hostname", f"{shorten(hostname)} is not a DNS label (lowercase a-z, 0-9, '-', at most 63)"
+                      + lower_case_hint(hostname))
     login = r.url(data["login_server"], "login_server")
     base_domain = r.domain(data["base_domain"], "base_domain", min_labels=1)
     master = r.string(data["master"], "master").rstrip(".")

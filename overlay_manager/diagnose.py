@@ -12,9 +12,10 @@ from __future__ import annotations
 import math
 from typing import FrozenSet, Iterable, List, Mapping, Optional, Set, Tuple
 
+from . import firewall
 from .config import RobotConfig
 from .memo import IdentityMemo
-from .monitor_types import ERROR, OK, WARN, Check, Diagnostic, Freshness, is_overlay_address
+from .monitor_types import ERROR, OK, WARN, Check, Diagnostic, Freshness, PortReading, is_overlay_address
 from .nat import NatInfo
 from .peers import PATH_DERP, PATH_DIRECT, PATH_IDLE, PATH_OFFLINE, PATH_PEER_RELAY, PeerState, Snapshot
 from .relay import RelayServerState, relay_summary
@@ -69,6 +70,11 @@ def preflight_checks(cfg: RobotConfig, env: Mapping[str, str], want: RosEnv, own
     return checks
 
 
+MALFORMED_FIX = ("check that tailscaled is a supported version (`tailscale version`; tested with "
+                 "1.102) and restart it (systemctl restart tailscaled)")
+"""What to do when tailscaled's status has fields of the wrong type or out of range."""
+
+
 def stale_diagnostic(snap: Optional[Snapshot], fresh: Freshness, login_server: str) -> Diagnostic:
     """The one entry while tailscaled cannot be read (nothing per peer is known then)."""
     age = "never" if math.isnan(fresh.age_s) else f"{fresh.age_s:.1f}"
@@ -99,9 +105,15 @@ def overlay_diagnostic(snap: Snapshot, cfg: RobotConfig, env: RosEnv, nat: NatIn
     failing = [c for c in checks if not c.ok]
     for c in checks:
         values.append((f"preflight {c.name}", c.message + (f" -- {c.hint}" if c.hint and not c.ok else "")))
+    for m in snap.malformed:
+        values.append(("malformed", m))
     if enrol_error:
         values.append(("enrol_error", enrol_error))
         level, msg = ERROR, f"enrolment failed: {enrol_error}"
+    elif snap.malformed:
+        # not "control server unreachable" or "not enrolled": what tailscaled said cannot be read
+        level = WARN if snap.backend_state == "Running" else ERROR
+        msg = f"tailscaled's status answer is malformed ({snap.malformed[0]}) -- fix: {MALFORMED_FIX}"
     elif snap.backend_state != "Running":
         level, msg = ERROR, f"not enrolled: tailscaled state is {snap.backend_state or 'unknown'}"
     elif not snap.control_reachable:
@@ -133,6 +145,55 @@ def relay_diagnostic(cfg: RobotConfig, st: RelayServerState) -> Optional[Diagnos
         values.append((f"session vni {x.vni}", f"{x.endpoints[0] or '?'} <-> {x.endpoints[1] or '?'}, "
                                                f"bytes {x.bytes[0]} / {x.bytes[1]}"))
     return Diagnostic(OK if ok else WARN, "peer relay", text, tuple(values))
+
+
+def beyond_overlay(reading: PortReading, own: Iterable[str]) -> List[str]:
+    """Addresses the port listens on that reach beyond this machine and the overlay: every
+    address (0.0.0.0, ::) or one that is neither loopback, an overlay address nor in ``own``."""
+    own = set(own)
+    return [x.address for x in reading.listeners
+            if not x.loopback and (x.wildcard or not (x.address in own or is_overlay_address(x.address)))]
+
+
+def rosbridge_diagnostic(reading: Optional[PortReading], own: Iterable[str]) -> Optional[Diagnostic]:
+    """The "rosbridge" entry: is rosbridge's websocket port reachable beyond loopback and the
+    overlay? None when the port is not checked (node.rosbridge_port 0).
+
+    OK: it listens on loopback/overlay addresses only, or on every address with the nftables
+    table restricting it; WARN: nothing listens, it is reachable beyond the overlay, or it
+    listens on every address and this process cannot tell whether nftables restricts it.
+    own: this machine's overlay addresses.
+    """
+    if reading is None or reading.port == 0:
+        return None
+    port = reading.port
+    fix = firewall.fix(port)
+    addrs = " ".join(x.address for x in reading.listeners)
+    values = [("port", str(port)), ("listening_on", addrs or "nothing")]
+    if reading.error:
+        values.append(("error", reading.error))
+    r = reading.restriction
+    if r is not None:
+        values.append(("nftables", f"{r.state}: {r.detail}"))
+    name = "rosbridge"
+    if not reading.listeners:
+        if reading.error:
+            return Diagnostic(WARN, name, f"cannot read the listening sockets: {reading.error}", tuple(values))
+        return Diagnostic(WARN, name, f"nothing listens on TCP port {port}: rosbridge_websocket is not "
+                          "running (not started yet, or it failed: see its log)", tuple(values))
+    wide = beyond_overlay(reading, own)
+    if not wide:
+        return Diagnostic(OK, name, f"TCP port {port} listens on loopback/overlay addresses only ({addrs})",
+                          tuple(values))
+    where = ", ".join(wide)
+    if r is not None and r.state == firewall.RESTRICTED:
+        return Diagnostic(OK, name, f"TCP port {port} listens on {where}, restricted: {r.detail}", tuple(values))
+    if r is not None and r.state == firewall.MISSING:
+        return Diagnostic(WARN, name, f"TCP port {port} is reachable beyond the overlay: it listens on "
+                          f"{where} and {r.detail} -- fix: {fix}", tuple(values))
+    why = r.detail if r is not None else "cannot tell whether nftables restricts it"
+    return Diagnostic(WARN, name, f"TCP port {port} listens on {where}, maybe reachable beyond the overlay: "
+                      f"{why} -- fix if not done: {fix}", tuple(values))
 
 
 def missing_required(required: FrozenSet[str], snap: Snapshot) -> List[Diagnostic]:

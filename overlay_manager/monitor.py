@@ -24,14 +24,16 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import replace
 from typing import Callable, Dict, FrozenSet, List, Optional, Set
 
-from . import links
+from . import firewall, links, sockets
 from .config import RobotConfig
 from .diagnose import (
+    MALFORMED_FIX,
     PeerDiagnostics,
     missing_required,
     overlay_diagnostic,
     preflight_checks,
     relay_diagnostic,
+    rosbridge_diagnostic,
     stale_diagnostic,
 )
 from .hosts import ManagedHosts
@@ -42,6 +44,7 @@ from .monitor_types import (
     Freshness,
     LinkMeasurement,
     PingOutcome,
+    PortReading,
     Reading,
     WaitResult,
 )
@@ -106,6 +109,11 @@ class OverlayMonitor:
         self._parse_cache: ParseCache = {}        # the poll thread's (peers.parse_status)
         self._decoder = StatusDecoder()           # the poll thread's (unchanged peers' JSON reused)
         self._peer_diags = PeerDiagnostics()      # the reporting thread's (diagnostics())
+        # who can reach rosbridge's port, as last read (overlay-rosbridge thread; one assignment);
+        # None = not checked (node.rosbridge_port 0) or not read yet
+        self.rosbridge: Optional[PortReading] = None
+        self._malformed_seen: Set[str] = set()    # the poll thread's: malformed notes in the last read
+        self._warnings: List[str] = []            # the poll thread's: lines for take_warnings()
 
     # ----- status ---------------------------------------------------------------------------
     @property
@@ -135,6 +143,7 @@ class OverlayMonitor:
             return self._failed(old, f"unusable status from tailscaled: {describe(exc)}", False)
         finally:
             self._poll_started = None
+        self._note_malformed(snap)
         changes = path_changes(old.snapshot, snap)
         with self._lock:
             for ev in changes:
@@ -145,6 +154,25 @@ class OverlayMonitor:
         if self.cfg.node.manage_hosts:
             self._update_hosts(snap)
         return changes
+
+    def _note_malformed(self, snap: Snapshot) -> None:
+        """Queue one WARN line per malformed field that was not malformed in the last read
+        (naming the peer and the field): the values were clamped or taken as unknown, and
+        nobody would know tailscaled sends nonsense. Poll thread only."""
+        notes = [f"tailscaled's status: {m}" for m in snap.malformed]
+        for p in snap.peers:
+            notes.extend(f"peer {p.name or p.node_id or '?'}: tailscaled sent {m}" for m in p.malformed)
+        current = set(notes)
+        for n in notes:
+            if n not in self._malformed_seen:
+                self._warnings.append(f"overlay_manager: {n} -- fix: {MALFORMED_FIX}")
+        self._malformed_seen = current
+
+    def take_warnings(self) -> List[str]:
+        """WARN lines queued by the last polls (malformed fields from tailscaled), then none
+        until new ones come. Poll thread only (the node logs them after poll())."""
+        out, self._warnings = self._warnings, []
+        return out
 
     def _failed(self, old: Reading, error: str, gone: bool) -> List[PathChangeEvent]:
         """Swap in a failed reading: the last peers, blinded; returns their path changes."""
@@ -204,6 +232,21 @@ class OverlayMonitor:
     def relay_diagnostic(self) -> Optional[Diagnostic]:
         """The "peer relay" entry (diagnose.relay_diagnostic); None on machines that are not relays."""
         return relay_diagnostic(self.cfg, self.relay_state)
+
+    # ----- rosbridge's websocket port ---------------------------------------------------------
+    def refresh_rosbridge(self) -> PortReading:
+        """Read who can reach node.rosbridge_port: the listening sockets (/proc/net/tcp, tcp6)
+        and, when one reaches beyond loopback, what nftables says (``nft``, bounded by
+        firewall.NFT_TIMEOUT_S). Blocks on that I/O, so only the overlay-rosbridge thread calls
+        it; the result is swapped in by one assignment."""
+        port = self.cfg.node.rosbridge_port
+        listeners, error = sockets.read_listeners()
+        mine = tuple(sockets.on_port(listeners, port))
+        restriction = None
+        if any(not x.loopback for x in mine):
+            restriction = firewall.read_restriction(port)
+        self.rosbridge = PortReading(port, mine, error, restriction)
+        return self.rosbridge
 
     # ----- peers ----------------------------------------------------------------------------
     def find(self, name: str) -> Optional[PeerState]:
@@ -372,6 +415,9 @@ class OverlayMonitor:
         relay = self.relay_diagnostic()
         if relay is not None:
             out.append(relay)
+        bridge = rosbridge_diagnostic(self.rosbridge, snap.self_peer.addresses if snap.self_peer else ())
+        if bridge is not None:
+            out.append(bridge)
         required = self.required_peers()
         out.extend(missing_required(required, snap))
         out.extend(self._peer_diags.entries(snap.peers, required, self.nat))

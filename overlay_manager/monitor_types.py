@@ -10,7 +10,9 @@ from dataclasses import dataclass
 from typing import Optional, Tuple
 
 from . import links
+from .firewall import Restriction
 from .peers import PATH_UNKNOWN, PeerState, Snapshot
+from .sockets import Listener
 
 OVERLAY_V4 = ipaddress.ip_network("100.64.0.0/10")
 OVERLAY_V6 = ipaddress.ip_network("fd7a:115c:a1e0::/48")
@@ -149,3 +151,18 @@ class Diagnostic:
     name: str
     message: str
     values: Tuple[Tuple[str, str], ...] = ()
+
+
+@dataclass(frozen=True)
+class PortReading:
+    """Who can reach a local TCP port (rosbridge's websocket), as last read by the node.
+
+    port: the port (node.rosbridge_port); listeners: the listening sockets on it;
+    error: why /proc/net/tcp could not be read ("" = it was); restriction: what nftables says
+    about the port, None when it was not asked (nothing listens beyond loopback).
+    """
+
+    port: int
+    listeners: Tuple[Listener, ...] = ()
+    error: str = ""
+    restriction: Optional[Restriction] = None

@@ -30,6 +30,7 @@ tailscaled, the ROS master or the log.
 | overlay-preflight | ``preflight`` every preflight_interval s | DNS lookups, TCP connect to the master (2 s) |
 | overlay-iperf | keeps the iperf3 server running (every 2 s) | spawning iperf3 |
 | overlay-relay | ``refresh_relay`` every RELAY_INTERVAL_S: relay server as ``relay`` says | LocalAPI (bounded) |
+| overlay-rosbridge | ``refresh_rosbridge`` every ROSBRIDGE_INTERVAL_S (rosbridge_port) | /proc/net/tcp, nft (5 s) |
 | overlay-ipnbus | tailscaled's IPN bus; a state or peer change wakes overlay-poll | the bus (stop() closes it) |
 | overlay-topics | ~topic_links every topic_links_interval s (pool: overlay-graph_N) | XML-RPC (XMLRPC_TIMEOUT_S) |
 | overlay-enrol | ``ensure_enrolled`` until it succeeds; sets ``m.enrol_error`` | LocalAPI, `tailscale up` (bounded) |
@@ -91,6 +92,8 @@ from .workers import INFO, WARN, LogQueue, Worker, WorkerHealth, describe
 
 RELAY_INTERVAL_S = 10.0
 """Seconds between checks of this machine's peer relay server (prefs as configured, sessions)."""
+ROSBRIDGE_INTERVAL_S = 10.0
+"""Seconds between reads of who can reach rosbridge's port (node.rosbridge_port > 0)."""
 REPORT_TICK_S = 0.25
 """Longest sleep of the reporting thread between checks. Every finished read, path change,
 relay and NAT check wakes it at once, and it wakes itself when a read in progress turns into a
@@ -157,6 +160,9 @@ class OverlayNode:
         self._relay_note = ""                              # overlay-relay only
         self.workers.append(Worker("overlay-relay", self._relay_cycle, RELAY_INTERVAL_S, 30.0, log,
                                    start=False))
+        if n.rosbridge_port > 0:
+            self.workers.append(Worker("overlay-rosbridge", self._rosbridge_cycle, ROSBRIDGE_INTERVAL_S, 30.0,
+                                       log, start=False))
         self.topics = TopicLinkReporter(monitor, host_aliases)
         self._last_poll = 0.0                              # overlay-poll only (monotonic s)
         self._bus_woke = threading.Event()                 # set by overlay-ipnbus
@@ -208,6 +214,8 @@ class OverlayNode:
         """overlay-poll: read tailscaled, queue path changes and log lines, wake the reporter."""
         self._pace_poll()
         changes = self.m.poll()
+        for line in self.m.take_warnings():
+            self.log(WARN, line)
         if changes:
             now = rospy.Time.now()
             for ev in changes:
@@ -237,6 +245,11 @@ class OverlayNode:
         self._relay_note = note
         self.reporter.wake()
 
+    def _rosbridge_cycle(self) -> None:
+        """overlay-rosbridge: who can reach rosbridge's port (the reporting thread reads it)."""
+        self.m.refresh_rosbridge()
+        self.reporter.wake()
+
     def _netcheck_cycle(self) -> None:
         self.m.refresh_nat()
         self.reporter.wake()
@@ -252,6 +265,7 @@ class OverlayNode:
             msg.peer, msg.dns_name = ev.peer.name, ev.peer.dns_name
             msg.old_path, msg.new_path = ev.old_path, ev.new_path
             msg.endpoint, msg.relay_region = ev.peer.endpoint, ev.peer.relay_region
+            msg.relay_vni = ev.peer.relay_vni
             self._publish(self.pub_changes, msg, "~path_changes")
         connected = self.bus.connected
         if self._bus_was_connected and not connected:

@@ -50,7 +50,7 @@ def peer_msg(p: Optional[PeerState]) -> Peer:
     m.last_handshake, m.last_seen = ros_time(p.last_handshake), ros_time(p.last_seen)
     m.rx_bytes, m.tx_bytes = clamp_uint64(p.rx_bytes), clamp_uint64(p.tx_bytes)
     m.tags, m.os = list(p.tags), p.os
-    m.peer_relay, m.relay_host = p.peer_relay, p.relay_host
+    m.peer_relay, m.relay_host, m.relay_vni = p.peer_relay, p.relay_host, p.relay_vni
     return m
 
 

@@ -19,6 +19,12 @@ Unknown JSON fields are ignored; missing ones become "unknown" values (empty str
 Values that do not fit a ROS message field are clamped or marked unknown, never fatal: counters
 to 0..2^64-1 (NaN, inf and negatives -> 0), times outside ROS time's range -> 0 (unknown),
 latencies that are not finite and >= 0 -> NaN, strings that are not valid UTF-8 -> U+FFFD.
+Fields tailscaled sent with the wrong type or out of range are named in ``PeerState.malformed``
+and ``Snapshot.malformed`` (tailscaled is sending nonsense: the node warns, /diagnostics says so).
+
+Peer relay: ipnstate's ``PeerRelay`` is ``"{ip}:{port}:vni:{vni}"``; ``endpoint`` and
+``peer_relay`` carry the relay's ``ip:port`` and ``relay_vni`` the VNI (Geneve virtual network
+identifier of the relay session).
 """
 
 from __future__ import annotations
@@ -57,7 +63,7 @@ class PeerState:
     online: bool
     active: bool
     path: str                      # one of PATHS (or PATH_SELF for this machine)
-    endpoint: str = ""             # "ip:port" when direct; relay endpoint when peer-relay
+    endpoint: str = ""             # "ip:port" when direct; the relay's "ip:port" when peer-relay
     relay_region: str = ""         # home DERP region code (the relay in use when path == derp)
     latency_ms: float = math.nan   # last measured RTT through the overlay; NaN = unknown
     last_handshake: float = 0.0
@@ -69,6 +75,8 @@ class PeerState:
     node_id: str = ""              # tailscaled's stable node id
     peer_relay: str = ""           # peer-relay: "ip:port" of the relay server in use; else ""
     relay_host: str = ""           # peer-relay: short name of the relay machine ("" = unknown)
+    relay_vni: int = 0             # peer-relay: VNI of the relay session (0 = none/unknown)
+    malformed: Tuple[str, ...] = ()  # fields tailscaled sent with a wrong type or out of range
 
     def matches(self, query: str) -> bool:
         """True when query names this peer: short name, FQDN (trailing dot ok) or overlay IP."""
@@ -96,6 +104,7 @@ class Snapshot:
     control_reachable: bool = False        # Self.Online: in the control server's map poll
     version: str = ""
     derp_regions: Mapping[int, str] = field(default_factory=dict)  # region id -> code
+    malformed: Tuple[str, ...] = ()        # status-level fields with a wrong type ("" = none)
 
     def find(self, query: str) -> Optional[PeerState]:
         """The peer named by short name, FQDN or overlay IP; None when unknown."""
@@ -168,8 +177,88 @@ def _strs(d: Mapping[str, Any], key: str) -> Tuple[str, ...]:
     return tuple(clean_str(x) for x in v if isinstance(x, str))
 
 
+def _kind(v: Any) -> str:
+    """JSON kind of a decoded value, for messages about malformed fields."""
+    if v is None:
+        return "null"
+    if isinstance(v, bool):
+        return "a boolean"
+    if isinstance(v, (int, float)):
+        return "a number"
+    if isinstance(v, str):
+        return "a string"
+    return "a list" if isinstance(v, list) else "an object"
+
+
+_BOOL_FIELDS = ("Online", "Active")
+_STR_FIELDS = ("DNSName", "HostName", "CurAddr", "PeerRelay", "Relay", "OS", "ID", "LastHandshake", "LastSeen")
+_LIST_FIELDS = ("TailscaleIPs", "Tags")
+_COUNT_FIELDS = ("RxBytes", "TxBytes")
+
+
+def malformed_fields(ps: Mapping[str, Any]) -> Tuple[str, ...]:
+    """The fields of one ipnstate.PeerStatus dict with a wrong type or out of range, each as
+    "Field: what is wrong (what is shown instead)"; () for a well-formed peer. Missing fields
+    are not malformed (older or newer tailscaled versions leave some out)."""
+    out: List[str] = []
+    for k in _BOOL_FIELDS:
+        v = ps.get(k)
+        if v is not None and not isinstance(v, bool):
+            out.append(f"{k} is {_kind(v)}, expected true/false (taken as false)")
+    for k in _STR_FIELDS:
+        v = ps.get(k)
+        if v is not None and not isinstance(v, str):
+            out.append(f"{k} is {_kind(v)}, expected a string (taken as empty)")
+    for k in _LIST_FIELDS:
+        v = ps.get(k)
+        if v is not None and not isinstance(v, list):
+            out.append(f"{k} is {_kind(v)}, expected a list (taken as empty)")
+    for k in _COUNT_FIELDS:
+        v = ps.get(k)
+        if v is None:
+            continue
+        if isinstance(v, bool) or not isinstance(v, (int, float)):
+            out.append(f"{k} is {_kind(v)}, expected a byte count (shown as 0)")
+        elif isinstance(v, float) and not math.isfinite(v):
+            out.append(f"{k} = {v} is not a byte count (shown as 0)")
+        elif v < 0:
+            out.append(f"{k} = {v} is negative (shown as 0)")
+        elif v > UINT64_MAX:
+            out.append(f"{k} = {v:.3g} is above 2^64-1 (clamped to 2^64-1)")
+    return tuple(out)
+
+
+def status_malformed(status: Mapping[str, Any]) -> Tuple[str, ...]:
+    """The top-level fields of a LocalAPI /status dict with a wrong type (see malformed_fields)."""
+    out: List[str] = []
+    for k, ok, want in (("BackendState", lambda v: isinstance(v, str), "a string"),
+                        ("Self", lambda v: isinstance(v, dict), "an object"),
+                        ("Peer", lambda v: isinstance(v, dict), "an object"),
+                        ("Health", lambda v: isinstance(v, list), "a list"),
+                        ("MagicDNSSuffix", lambda v: isinstance(v, str), "a string")):
+        v = status.get(k)
+        if v is not None and not ok(v):
+            out.append(f"{k} is {_kind(v)}, expected {want}")
+    me = status.get("Self")
+    if isinstance(me, dict):
+        v = me.get("Online")
+        if v is not None and not isinstance(v, bool):
+            out.append(f"Self.Online is {_kind(v)}, expected true/false")
+    return tuple(out)
+
+
+def relay_vni(peer_relay: str) -> int:
+    """The VNI from ipnstate's PeerRelay (``"{ip}:{port}:vni:{vni}"``); 0 when there is none."""
+    _head, sep, vni = peer_relay.partition(":vni:")
+    return int(vni) if sep and vni.isdigit() and int(vni) <= 0xFFFFFFFF else 0
+
+
 def classify_path(ps: Mapping[str, Any]) -> Tuple[str, str]:
-    """Path of one ipnstate.PeerStatus dict -> (path, endpoint); see the module docstring."""
+    """Path of one ipnstate.PeerStatus dict -> (path, endpoint); see the module docstring.
+
+    The endpoint is ``ip:port`` for direct (CurAddr) and for peer-relay (the relay server's,
+    without PeerRelay's ``:vni:N`` part: see :func:`relay_vni`).
+    """
     online = ps.get("Online")
     if online is False:
         return PATH_OFFLINE, ""
@@ -178,7 +267,7 @@ def classify_path(ps: Mapping[str, Any]) -> Tuple[str, str]:
         return PATH_DIRECT, cur
     relay = _str(ps, "PeerRelay")
     if relay:
-        return PATH_PEER_RELAY, relay
+        return PATH_PEER_RELAY, relay_endpoint(relay)
     active = ps.get("Active")
     if active is True:
         return PATH_DERP, ""
@@ -221,7 +310,9 @@ def parse_peer(ps: Mapping[str, Any], is_self: bool = False) -> PeerState:
         tags=_strs(ps, "Tags"),
         os=_str(ps, "OS"),
         node_id=_str(ps, "ID"),
-        peer_relay=relay_endpoint(endpoint) if path == PATH_PEER_RELAY else "",
+        peer_relay=endpoint if path == PATH_PEER_RELAY else "",
+        relay_vni=relay_vni(_str(ps, "PeerRelay")) if path == PATH_PEER_RELAY else 0,
+        malformed=malformed_fields(ps),
     )
 
 
@@ -310,6 +401,7 @@ def parse_status(status: Mapping[str, Any], cache: Optional[ParseCache] = None) 
         magic_dns_suffix=suffix,
         control_reachable=isinstance(self_raw, dict) and self_raw.get("Online") is True,
         version=_str(status, "Version"),
+        malformed=status_malformed(status),
     )
 
 
@@ -330,7 +422,7 @@ def blind(snapshot: Snapshot, daemon_gone: bool) -> Snapshot:
     no latency; backend state unknown, control server not reachable."""
     path = PATH_OFFLINE if daemon_gone else PATH_UNKNOWN
     peers = tuple(replace(p, online=False, active=False, path=path, endpoint="", latency_ms=math.nan,
-                          peer_relay="", relay_host="")
+                          peer_relay="", relay_host="", relay_vni=0)
                   for p in snapshot.peers)
     return replace(snapshot, backend_state="", peers=peers, control_reachable=False, health=())
 
@@ -339,7 +431,7 @@ def peer_key(p: PeerState) -> Tuple[Any, ...]:
     """Everything about a peer except measurements (byte counters, handshake and last-seen
     times, latency): what makes a change worth publishing at once."""
     return (p.name, p.dns_name, p.addresses, p.online, p.active, p.path, p.endpoint,
-            p.relay_region, p.tags, p.os, p.node_id, p.peer_relay, p.relay_host)
+            p.relay_region, p.tags, p.os, p.node_id, p.peer_relay, p.relay_host, p.relay_vni)
 
 
 def same_topology(a: Optional[Snapshot], b: Optional[Snapshot]) -> bool:
@@ -388,7 +480,7 @@ def path_changes(old: Optional[Snapshot], new: Snapshot) -> List[PathChangeEvent
     for k, prev in before.items():
         if k not in seen and prev.path != PATH_OFFLINE:
             events.append(PathChangeEvent(replace(prev, online=False, path=PATH_OFFLINE,
-                                                  endpoint=""), prev.path, PATH_OFFLINE))
+                                                  endpoint="", relay_vni=0), prev.path, PATH_OFFLINE))
     return events
 
 
@@ -399,7 +491,7 @@ def ping_path(result: Mapping[str, Any]) -> Tuple[str, str]:
     if _str(result, "Endpoint"):
         return PATH_DIRECT, _str(result, "Endpoint")
     if _str(result, "PeerRelay"):
-        return PATH_PEER_RELAY, _str(result, "PeerRelay")
+        return PATH_PEER_RELAY, relay_endpoint(_str(result, "PeerRelay"))
     if _int(result, "DERPRegionID") or _str(result, "DERPRegionCode"):
         return PATH_DERP, _str(result, "DERPRegionCode") or str(_int(result, "DERPRegionID"))
     return PATH_UNKNOWN, ""

@@ -6,9 +6,19 @@ prints ``export ROS_HOSTNAME=<this machine's overlay name>``, ``export
 ROS_MASTER_URI=http://<master's overlay name>:<port>``, ``unset ROS_IP``, ``export
 OVERLAY_MANAGER_HOST=<short name>``, ``export OVERLAY_MANAGER_NS=<ROS namespace of the short name>``
 (``ros_names.ros_namespace``: ``alpha-robot1`` -> ``alpha_robot1``) and, when tailscaled was
-asked (--enrol or --write-hosts), ``export OVERLAY_MANAGER_ADDRESS=<overlay IPv4 address>``.
-It needs only the config (overlay name = <hostname>.<base_domain>), so it works before the node
-runs. Options can enrol the machine, write the managed hosts block and wait for the master first.
+asked (--enrol or --write-hosts), ``export OVERLAY_MANAGER_ADDRESS=<overlay IPv4 address>``, and ``export
+OVERLAY_MANAGER_MASTER_LOCAL=true|false`` (is the ROS master this machine, by the config: the
+bringup unit starts ``roslaunch --wait`` when it is not). It needs only the config (overlay name
+= <hostname>.<base_domain>), so it works before the node runs. Options can enrol the machine,
+write the managed hosts block and wait for the master first, and (as root) keep rosbridge's
+port to loopback and the overlay (``--rosbridge-firewall PORT``, firewall.py).
+
+``--offline-ok`` (boot): when tailscaled does not answer (or enrolment fails) within ``--retry``,
+the names still come from the config alone, the hosts block gets at least this machine's own names
+(-> loopback) when it has none, and the exit status is 0: the robot's ROS stack starts without the
+overlay. ``--watch SECONDS`` (the root upkeep unit) keeps enrolment, the hosts block and the peer
+relay prefs in step with tailscaled, every SECONDS and whenever tailscaled's IPN bus reports a
+change, until SIGTERM; tailscaled going away or restarting is waited out, never an exit.
 
 ``--env-file FILE`` writes the same variables as a systemd EnvironmentFile instead (``KEY=value``
 lines, no ``export``/``unset``; systemd rejects those), replacing FILE atomically. Exit status is
@@ -23,20 +33,28 @@ import os
 import re
 import shlex
 import shutil
+import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import List, Optional, Tuple
 
+from . import firewall
 from .config import ConfigError, RobotConfig, load_robot_config, require_config_file
 from .ros_names import ros_namespace
 
 DEFAULT_CONFIG = "/etc/overlay_manager/robot.yaml"
 CONFIG_ENV = "OVERLAY_MANAGER_CONFIG"
 RETRY_PAUSE_S = 2.0  # seconds between --retry attempts
+ENROL_RETRY_S = 30.0
+"""--watch: seconds between enrolment attempts after an enrolment error (bad or used key, other
+login server): slow enough not to hammer the control server, fast enough to pick up a new key."""
+WATCH_MIN_PAUSE_S = 1.0
+"""--watch: fewest seconds between two passes, however often tailscaled's IPN bus reports changes."""
 
 
 @dataclass(frozen=True)
@@ -48,6 +66,9 @@ class RosEnv:
     # this machine's overlay IPv4 address when tailscaled was asked ("" = unknown); robot.launch
     # binds rosbridge to it (the own name may resolve to loopback through the hosts block)
     overlay_address: str = ""
+    # the ROS master runs on this machine (the config's master is its host name): roslaunch
+    # starts roscore here; elsewhere the bringup waits for the remote master (roslaunch --wait)
+    master_local: bool = False
 
     @property
     def short_name(self) -> str:
@@ -65,6 +86,7 @@ class RosEnv:
                ("OVERLAY_MANAGER_HOST", self.short_name), ("OVERLAY_MANAGER_NS", self.namespace)]
         if self.overlay_address:
             out.append(("OVERLAY_MANAGER_ADDRESS", self.overlay_address))
+        out.append(("OVERLAY_MANAGER_MASTER_LOCAL", "true" if self.master_local else "false"))
         return out
 
     def environment_file(self) -> str:
@@ -76,13 +98,9 @@ class RosEnv:
 
     def shell(self) -> str:
         """Lines for eval in sh/bash/zsh (systemd wants environment_file() instead)."""
-        return (f"export ROS_HOSTNAME={shlex.quote(self.ros_hostname)}\n"
-                f"export ROS_MASTER_URI={shlex.quote(self.ros_master_uri)}\n"
-                "unset ROS_IP\n"
-                f"export OVERLAY_MANAGER_HOST={shlex.quote(self.short_name)}\n"
-                f"export OVERLAY_MANAGER_NS={shlex.quote(self.namespace)}\n"
-                + (f"export OVERLAY_MANAGER_ADDRESS={shlex.quote(self.overlay_address)}\n"
-                   if self.overlay_address else ""))
+        lines = [f"export {k}={shlex.quote(v)}" for k, v in self.variables()]
+        lines.insert(2, "unset ROS_IP")  # after ROS_HOSTNAME and ROS_MASTER_URI
+        return "\n".join(lines) + "\n"
 
 
 _SYSTEMD_BARE = re.compile(r"^[A-Za-z0-9_.:/@%+,=-]*$")
@@ -107,8 +125,9 @@ def compute_env(cfg: RobotConfig, self_dns_name: str = "", overlay_address: str 
     """ROS env for cfg. self_dns_name (from tailscaled, when known) wins over the computed name;
     overlay_address (from tailscaled) is exported when known."""
     host = self_dns_name.rstrip(".") or cfg.fqdn
+    master_local = cfg.master_fqdn.rstrip(".").lower() == cfg.fqdn.lower()
     return RosEnv(ros_master_uri=f"http://{cfg.master_fqdn}:{cfg.master_port}", ros_hostname=host,
-                  overlay_address=overlay_address)
+                  overlay_address=overlay_address, master_local=master_local)
 
 
 def resolve(name: str) -> List[str]:
@@ -144,9 +163,10 @@ def _err(msg: str) -> None:
 
 
 def _enrol_and_write_hosts(cfg: RobotConfig, enrol: bool, write_hosts: bool, quiet: bool = False,
-                           reauth: bool = False) -> Tuple[str, str]:
-    """Enrol if asked (log in again with a new key if reauth), write the hosts block if asked;
-    returns this machine's overlay name and overlay IPv4 address (each "" when unknown)."""
+                           reauth: bool = False, relay: Optional[bool] = None) -> Tuple[str, str]:
+    """Enrol if asked (log in again with a new key if reauth), set the config's peer relay prefs
+    if relay (default: when enrolling), write the hosts block if asked; returns this machine's
+    overlay name and overlay IPv4 address (each "" when unknown)."""
     from .enrolment import ensure_enrolled
     from .hosts import entries_for, has_block, own_names, update_hosts_file
     from .peers import parse_status
@@ -154,8 +174,9 @@ def _enrol_and_write_hosts(cfg: RobotConfig, enrol: bool, write_hosts: bool, qui
     api = LocalAPI(cfg.tailscale.socket)
     if enrol:
         result = ensure_enrolled(api, cfg, reauth=reauth)
-        if not quiet:
+        if not quiet or result.action != "already-enrolled":
             print(f"overlay_env: {result.message}", file=sys.stderr)
+    if enrol if relay is None else relay:
         # the config's relay key: serve a peer relay (or stop serving one), idempotent
         from .relay import apply_relay
         relay = apply_relay(api, cfg.relay)
@@ -164,8 +185,9 @@ def _enrol_and_write_hosts(cfg: RobotConfig, enrol: bool, write_hosts: bool, qui
     snap = parse_status(api.status())
     if write_hosts and snap.backend_state != "Running" and has_block(cfg.node.hosts_file):
         # starting or logged out: tailscaled lists no peers now; keep their names meanwhile
-        print(f"overlay_env: tailscaled is {snap.backend_state or 'not running'}: kept the managed block "
-              f"in {cfg.node.hosts_file} as it is", file=sys.stderr)
+        if not quiet:
+            print(f"overlay_env: tailscaled is {snap.backend_state or 'not running'}: kept the managed "
+                  f"block in {cfg.node.hosts_file} as it is", file=sys.stderr)
     elif write_hosts:
         # split horizon: this machine's own names -> loopback, the others -> overlay addresses
         own = own_names(snap.self_peer, cfg.fqdn, snap.peers)
@@ -174,6 +196,73 @@ def _enrol_and_write_hosts(cfg: RobotConfig, enrol: bool, write_hosts: bool, qui
             print(f"overlay_env: {cfg.node.hosts_file}: {', '.join(own)} -> loopback, overlay names of "
                   f"{len(snap.peers)} other machines", file=sys.stderr)
     return (snap.self_peer.dns_name, snap.self_peer.ipv4) if snap.self_peer else ("", "")
+
+
+def write_own_names(cfg: RobotConfig) -> bool:
+    """Without tailscaled: give node.hosts_file a managed block with this machine's own names
+    (from the config) -> loopback when it has no block yet, so ROS_HOSTNAME resolves and the
+    local ROS graph starts; an existing block (the names of an earlier boot) is kept as it is.
+    True when the file changed. Raises HostsError (naming the file)."""
+    from .hosts import entries_for, has_block, own_names, update_hosts_file
+    if has_block(cfg.node.hosts_file):
+        return False
+    return update_hosts_file(cfg.node.hosts_file, entries_for([], own_names(None, cfg.fqdn)))
+
+
+def keep_in_step(cfg: RobotConfig, enrol: bool, write_hosts: bool, interval_s: float,
+                 stop: threading.Event) -> None:
+    """The root upkeep loop (``overlay_env --watch``): until stop is set, repeat the same steps as
+    ``overlay_env --enrol --write-hosts`` (enrol when tailscaled reports NeedsLogin, the config's
+    peer relay prefs, the managed hosts block), every interval_s seconds and whenever tailscaled's
+    IPN bus reports a change (at most once per WATCH_MIN_PAUSE_S). Nothing tailscaled does ends it:
+    while tailscaled is gone or restarting, the hosts block is kept and the loop waits; an
+    enrolment error is retried every ENROL_RETRY_S seconds. Every change of the outcome is printed
+    once on stderr (the journal), each problem naming its cause.
+
+    Threads: this one (LocalAPI, `tailscale up`, the hosts file; all bounded) and the IPN bus
+    watcher's, which only sets an event."""
+    from .hosts import HostsError
+    from .ipnbus import BusWatcher
+    from .tailscale import EnrolError, LocalAPI, TailscaleError
+    from .workers import describe
+    api = LocalAPI(cfg.tailscale.socket)
+    wake = threading.Event()
+    watcher = BusWatcher(cfg.tailscale.socket, on_change=lambda _kinds: wake.set())
+    watcher.start()
+    next_enrol = 0.0            # monotonic s of the next enrolment attempt
+    enrol_problem = ""          # the last enrolment error ("" = none)
+    reported: Optional[str] = None
+    try:
+        while not stop.is_set():
+            wake.clear()
+            now = time.monotonic()
+            problem = ""
+            try:
+                # enrol only when tailscaled says it needs a login: right after a restart it is
+                # in NoState/Starting with its login intact, and `tailscale up` then would be a
+                # needless second use of the key
+                state = api.status().get("BackendState", "")
+                try_enrol = enrol and state == "NeedsLogin" and now >= next_enrol
+                _enrol_and_write_hosts(cfg, try_enrol, write_hosts, quiet=True, relay=enrol)
+                if state == "Running":
+                    enrol_problem = ""
+            except EnrolError as exc:
+                enrol_problem = f"enrolment failed: {exc} (next try in {ENROL_RETRY_S:.0f} s)"
+                next_enrol = now + ENROL_RETRY_S
+            except (TailscaleError, HostsError) as exc:
+                problem = str(exc)
+            except Exception as exc:  # noqa: BLE001 - the upkeep must outlive whatever tailscaled answers
+                problem = f"unexpected failure: {describe(exc)}"
+            outcome = "; ".join(p for p in (enrol_problem, problem) if p)
+            if outcome != reported:
+                _err(outcome or "in step with tailscaled (enrolment, peer relay prefs, hosts block)")
+                reported = outcome
+            stop.wait(WATCH_MIN_PAUSE_S)
+            deadline = time.monotonic() + max(0.0, interval_s - WATCH_MIN_PAUSE_S)
+            while not stop.is_set() and not wake.is_set() and time.monotonic() < deadline:
+                wake.wait(min(0.5, max(0.0, deadline - time.monotonic())))
+    finally:
+        watcher.stop()
 
 
 def main(argv: Optional[List[str]] = None) -> int:
@@ -200,11 +289,39 @@ def main(argv: Optional[List[str]] = None) -> int:
                     help="write the variables to FILE as a systemd EnvironmentFile (KEY=value) "
                          "instead of printing shell lines; FILE is replaced atomically, and left "
                          "untouched when anything fails")
+    ap.add_argument("--offline-ok", action="store_true",
+                    help="when tailscaled does not answer or enrolment fails within --retry, still "
+                         "succeed: names from the config alone, and with --write-hosts this "
+                         "machine's own names -> loopback in the hosts file if it has no managed "
+                         "block (boot: the robot's ROS stack starts without the overlay)")
+    ap.add_argument("--watch", type=float, default=0.0, metavar="SECONDS",
+                    help="with --enrol/--write-hosts: keep them (and the peer relay prefs) in step "
+                         "with tailscaled every SECONDS and on every change it reports, until "
+                         "SIGTERM; tailscaled restarting or gone is waited out (root upkeep unit)")
     ap.add_argument("--install-ca", action="store_true",
                     help="install ca_cert into the system trust store (root) and exit")
+    ap.add_argument("--rosbridge-firewall", metavar="PORT",
+                    help="(root) install the nftables table inet overlay_manager: TCP PORT (rosbridge's "
+                         "websocket) accepted on lo and the overlay interface only; 0 removes it. "
+                         "Alone: do that and exit; with other options: first, then the rest")
+    ap.add_argument("--overlay-interface", default=firewall.OVERLAY_INTERFACE, metavar="NAME",
+                    help=f"tailscaled's TUN interface for --rosbridge-firewall (default {firewall.OVERLAY_INTERFACE})")
     args = ap.parse_args(argv)
     if args.reauth and not args.enrol:
         ap.error("--reauth needs --enrol")
+    if args.watch < 0 or (args.watch and not (args.enrol or args.write_hosts)):
+        ap.error("--watch SECONDS (> 0) needs --enrol and/or --write-hosts")
+    if args.watch and (args.reauth or args.env_file or args.wait_master):
+        ap.error("--watch runs the upkeep loop only: no --reauth, --env-file or --wait-master")
+    if args.rosbridge_firewall is not None:
+        try:
+            print("overlay_env: " + firewall.apply(firewall.optional_port(args.rosbridge_firewall),
+                                                   args.overlay_interface), file=sys.stderr)
+        except firewall.FirewallError as exc:
+            _err(f"--rosbridge-firewall: {exc}")
+            return 1
+        if not (args.enrol or args.write_hosts or args.wait_master or args.env_file or args.install_ca):
+            return 0
     try:
         cfg = load_robot_config(args.config)
     except ConfigError as exc:
@@ -218,6 +335,12 @@ def main(argv: Optional[List[str]] = None) -> int:
         except (OSError, subprocess.CalledProcessError, ConfigError) as exc:
             _err(f"cannot install CA: {exc}")
             return 1
+        return 0
+    if args.watch:
+        stop = threading.Event()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, lambda *_: stop.set())
+        keep_in_step(cfg, args.enrol, args.write_hosts, args.watch, stop)
         return 0
     self_dns, address = "", ""
     if args.enrol or args.write_hosts:
@@ -234,7 +357,16 @@ def main(argv: Optional[List[str]] = None) -> int:
             except (TailscaleError, OSError) as exc:
                 if time.monotonic() + RETRY_PAUSE_S > deadline:
                     _err(str(exc) + (f" (retried for {args.retry:.0f} s)" if args.retry > 0 else ""))
-                    return 1
+                    if not args.offline_ok:
+                        return 1
+                    try:
+                        if args.write_hosts and write_own_names(cfg):
+                            _err(f"{cfg.node.hosts_file}: {cfg.fqdn} -> loopback (no managed block yet)")
+                    except HostsError as hexc:
+                        _err(str(hexc))
+                        return 1
+                    _err("going on without tailscaled (--offline-ok): ROS names from the config alone")
+                    break
                 _err(f"{exc}; retrying in {RETRY_PAUSE_S:.0f} s")
                 time.sleep(RETRY_PAUSE_S)
     env = compute_env(cfg, self_dns, address)

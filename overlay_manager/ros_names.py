@@ -35,3 +35,13 @@ def ros_namespace(host: str) -> str:
     if not name[0].isalpha():
         name = PREFIX + name
     return name
+
+
+NODE_NAME = "overlay_manager"
+"""The overlay node's base name; robot.launch starts it inside the machine's namespace."""
+
+
+def overlay_node(host: str) -> str:
+    """The full ROS name robot.launch gives the overlay node on ``host``:
+    ``/<ros_namespace(host)>/overlay_manager`` (``alpha-robot1`` -> ``/alpha_robot1/overlay_manager``)."""
+    return f"/{ros_namespace(host)}/{NODE_NAME}"

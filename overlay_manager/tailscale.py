@@ -34,8 +34,28 @@ DEFAULT_SOCKET = "/var/run/tailscale/tailscaled.sock"
 LOCALAPI_HOST = "local-tailscaled.sock"
 
 
+FIX = " -- fix: "
+"""Separator between the cause and the fix in every error message of this module."""
+
+RESTART_TAILSCALED = "restart tailscaled (systemctl restart tailscaled)"
+
+
+def one_line(text: str) -> str:
+    """``text`` with every run of whitespace (newlines too) made one space."""
+    return " ".join(str(text).split())
+
+
 class TailscaleError(Exception):
-    """Base class of every error talking to tailscaled."""
+    """Base class of every error talking to tailscaled.
+
+    ``str()`` is one line: what failed and why (:attr:`cause`), then `` -- fix: `` and what
+    to do (:attr:`fix`), with anything key-shaped redacted.
+    """
+
+    def __init__(self, cause: str, fix: str = "") -> None:
+        self.cause = redact(one_line(cause))
+        self.fix = redact(one_line(fix))
+        super().__init__(self.cause + (FIX + self.fix if self.fix else ""))
 
 
 class TailscaledNotRunning(TailscaleError):
@@ -43,10 +63,9 @@ class TailscaledNotRunning(TailscaleError):
 
     def __init__(self, socket_path: str, detail: str) -> None:
         super().__init__(
-            f"tailscaled is not reachable at {socket_path} ({detail}); is tailscaled running? "
-            f"Start it (e.g. `systemctl start tailscaled`) or set tailscale.socket in the robot config "
-            f"to the socket it was started with (--socket)."
-        )
+            f"tailscaled is not reachable at {socket_path} ({detail})",
+            "start tailscaled (systemctl start tailscaled), or set tailscale.socket in the robot "
+            "config to the socket it was started with (--socket)")
         self.socket_path = socket_path
 
 
@@ -55,9 +74,8 @@ class AccessDenied(TailscaleError):
 
     def __init__(self, socket_path: str) -> None:
         super().__init__(
-            f"access to tailscaled's socket {socket_path} denied; run the node as root or allow this "
-            f"user with `tailscale set --operator=$USER`."
-        )
+            f"access to tailscaled's socket {socket_path} denied",
+            "run the node as root, or allow this user once with `sudo tailscale set --operator=$USER`")
         self.socket_path = socket_path
 
 
@@ -65,7 +83,9 @@ class LocalAPITimeout(TailscaleError):
     """tailscaled accepted the request but did not answer within the timeout (a hung daemon)."""
 
     def __init__(self, socket_path: str, path: str, timeout_s: float) -> None:
-        super().__init__(f"tailscaled at {socket_path} did not answer {path} within {timeout_s:.1f} s")
+        super().__init__(f"tailscaled at {socket_path} did not answer {path} within {timeout_s:.1f} s "
+                         "(hung or overloaded)",
+                         f"{RESTART_TAILSCALED}; if it keeps hanging, look at `journalctl -u tailscaled`")
         self.socket_path = socket_path
 
 
@@ -75,16 +95,26 @@ def _describe(exc: BaseException) -> str:
 
 
 class LocalAPIError(TailscaleError):
-    """tailscaled answered a LocalAPI request with an HTTP error."""
+    """tailscaled answered a LocalAPI request with an HTTP error, or with a body that is not
+    the JSON it documents (:attr:`malformed`)."""
 
-    def __init__(self, endpoint: str, status: int, body: str) -> None:
+    def __init__(self, endpoint: str, status: int, body: str, malformed: bool = False) -> None:
         body = body.strip()
         try:
             body = str(json.loads(body).get("error", body))
         except (ValueError, AttributeError):
             pass
-        super().__init__(f"tailscaled LocalAPI {endpoint}: HTTP {status}: {body[:300]}")
+        if malformed:
+            cause = f"tailscaled's answer to LocalAPI {endpoint} is malformed: {body[:300]}"
+            fix = (f"check that tailscaled is a supported version (`tailscale version`; tested with "
+                   f"1.102) and {RESTART_TAILSCALED}")
+        else:
+            cause = f"tailscaled LocalAPI {endpoint}: HTTP {status}: {body[:300]}"
+            fix = (f"see `tailscale status` and `journalctl -u tailscaled` on this machine; "
+                   f"{RESTART_TAILSCALED} if it persists")
+        super().__init__(cause, fix)
         self.status = status
+        self.malformed = malformed
 
 
 class LocalAPIProtocolError(TailscaleError):
@@ -92,12 +122,32 @@ class LocalAPIProtocolError(TailscaleError):
     a body cut short, or the connection closed before any answer."""
 
     def __init__(self, socket_path: str, path: str, detail: str) -> None:
-        super().__init__(f"tailscaled at {socket_path} gave a broken answer to {path}: {detail}")
+        super().__init__(f"tailscaled at {socket_path} gave a broken answer to {path}: {detail}",
+                         f"check that tailscale.socket is tailscaled's own socket (nothing else "
+                         f"listening there), then {RESTART_TAILSCALED}")
         self.socket_path = socket_path
 
 
+#: EnrolError kinds: what went wrong, so callers can make the fix concrete.
+ENROL_KEY_FILE = "key-file"          # auth_key_file missing, unreadable, empty or readable by others
+ENROL_KEY_REJECTED = "key-rejected"  # the control server refused the key (used, expired, unknown)
+ENROL_CERTIFICATE = "certificate"    # tailscaled does not trust the control server's certificate
+ENROL_UNREACHABLE = "unreachable"    # the control server did not answer (network, DNS, timeout)
+ENROL_TAGS = "tags"                  # headscale refused the tags asked for
+ENROL_SERVER = "other-server"        # logged in to another control server
+ENROL_OTHER = "other"
+
+
 class EnrolError(TailscaleError):
-    """Logging in to the control server failed. The message never contains the auth key."""
+    """Logging in to the control server failed. The message never contains the auth key.
+
+    Attributes:
+        kind: one of the ``ENROL_*`` kinds.
+    """
+
+    def __init__(self, cause: str, fix: str = "", kind: str = ENROL_OTHER) -> None:
+        super().__init__(cause, fix)
+        self.kind = kind
 
 
 class _DeadlineSocket(socket.socket):
@@ -199,7 +249,7 @@ class LocalAPI:
         try:
             return decode(data.decode("utf-8")) if data else None
         except (ValueError, RecursionError) as exc:  # UnicodeDecodeError is a ValueError
-            raise LocalAPIError(endpoint, status, f"not JSON: {_describe(exc)}") from None
+            raise LocalAPIError(endpoint, status, f"not JSON: {_describe(exc)}", malformed=True) from None
 
     def status(self, timeout: Optional[float] = None, decoder: Optional[StatusDecoder] = None) -> Dict[str, Any]:
         """The full status (ipnstate.Status as JSON), peers included.
@@ -212,7 +262,8 @@ class LocalAPI:
         result = self._request("GET", "status", timeout=timeout,
                                decode=decoder.decode if decoder is not None else json.loads)
         if not isinstance(result, dict):
-            raise LocalAPIError("status", 200, "expected a JSON object")
+            raise LocalAPIError("status", 200, f"expected a JSON object, got {type(result).__name__}",
+                                malformed=True)
         return result
 
     def prefs(self) -> Dict[str, Any]:
@@ -265,27 +316,85 @@ class EnrolRequest:
     force_reauth: bool = False  # log in again although already logged in (--force-reauth)
 
 
+BUNDLE_FIX = ("copy auth.key from the machine's enrolment bundle (on the fleet server: `fleet bundle "
+              "HOST`, or `fleet rotate HOST` for a new key) and `chmod 600` it")
+
+
 def check_key_file(path: str) -> None:
     """Refuse an auth-key file that is missing, empty, or readable by group or others.
 
     Raises:
-        EnrolError: naming the file and how to fix it (never its content).
+        EnrolError: (kind ``key-file``) naming the file and how to fix it (never its content).
     """
+    def bad(cause: str, fix: str = BUNDLE_FIX) -> EnrolError:
+        return EnrolError(f"auth_key_file {path} {cause}", fix, ENROL_KEY_FILE)
+
     try:
         st = os.stat(path)
     except FileNotFoundError:
-        raise EnrolError(f"auth_key_file {path} does not exist") from None
+        raise bad("does not exist") from None
     except PermissionError:
-        raise EnrolError(f"auth_key_file {path} is not readable by this user") from None
+        raise bad("is not readable by this user", "run as root (the shipped units do), or make the "
+                  "user running the node own the file") from None
     if not stat.S_ISREG(st.st_mode):
-        raise EnrolError(f"auth_key_file {path} is not a regular file")
+        raise bad("is not a regular file")
     if st.st_mode & 0o077:
-        raise EnrolError(
-            f"auth_key_file {path} has mode {stat.S_IMODE(st.st_mode):04o}: it is readable by group "
-            f"or others; fix with `chmod 600 {path}` (and keep it owned by the user running the node)"
-        )
+        raise bad(f"has mode {stat.S_IMODE(st.st_mode):04o}: it is readable by group or others",
+                  f"`chmod 600 {path}` (and keep it owned by the user running the node)")
     if st.st_size == 0:
-        raise EnrolError(f"auth_key_file {path} is empty")
+        raise bad("is empty")
+
+
+UP_GRACE_S = 10.0
+"""Seconds `tailscale up` may run beyond its own ``--timeout`` (to report its own error) before
+it is killed."""
+
+_KEY_REJECTED = ("invalid key", "not valid", "authkey", "auth key", "auth-key", "preauthkey",
+                 "pre-auth key", "already used", "key expired", "expired key")
+_CERTIFICATE = ("x509", "certificate")
+_UNREACHABLE = ("connection refused", "no such host", "network is unreachable", "i/o timeout",
+                "context deadline exceeded", "timeout waiting", "no route to host",
+                "connection reset", "tls handshake timeout")
+
+
+def classify_up_failure(text: str) -> str:
+    """The ENROL_* kind of a failed `tailscale up`, from its (lower-cased) output."""
+    low = text.lower()
+    if any(w in low for w in _CERTIFICATE):
+        return ENROL_CERTIFICATE
+    if "requested tags" in low or "advertise-tags" in low:
+        return ENROL_TAGS
+    if any(w in low for w in _KEY_REJECTED):
+        return ENROL_KEY_REJECTED
+    if any(w in low for w in _UNREACHABLE):
+        return ENROL_UNREACHABLE
+    return ENROL_OTHER
+
+
+def up_failure_fix(kind: str, request: EnrolRequest, key_file: str = "", config: str = "") -> str:
+    """What to do about a failed `tailscale up` of ``kind`` (one line).
+
+    ``key_file`` and ``config``: the machine's auth-key file and robot config, named in the fix
+    when known.
+    """
+    config_opt = f" --config {config}" if config else ""
+    if kind == ENROL_KEY_REJECTED:
+        return (f"on the fleet server run `fleet rotate {request.hostname}`, copy the new auth.key "
+                f"over {key_file or request.auth_key_file} (mode 0600), then run `sudo rosrun "
+                f"overlay_manager overlay_env{config_opt} --enrol --reauth` on this machine")
+    if kind == ENROL_CERTIFICATE:
+        return ("start tailscaled with SSL_CERT_FILE=<the bundle's ca.crt> in its environment or "
+                f"install the CA with `sudo rosrun overlay_manager overlay_env{config_opt} --install-ca`, "
+                "then restart tailscaled")
+    if kind == ENROL_UNREACHABLE:
+        return (f"check that {request.login_server} answers from this machine (`curl -sSk "
+                f"{request.login_server.rstrip('/')}/health`; routes, firewall, DNS) and that "
+                "headscale runs (`fleet status` on the server)")
+    if kind == ENROL_TAGS:
+        return ("do not pass --advertise-tags with a pre-auth key (headscale 0.29 refuses it): the "
+                "key carries the tags")
+    return ("see `tailscale status` and `journalctl -u tailscaled` on this machine and headscale's "
+            "log on the server")
 
 
 def enrol(
@@ -300,7 +409,8 @@ def enrol(
     rejects a registration that combines a pre-auth key with --advertise-tags.
 
     Raises:
-        EnrolError: with the CLI's error text, the key redacted should it ever appear.
+        EnrolError: one line with the CLI's error text (the key redacted should it ever
+            appear), its ``kind`` and a fix.
     """
     check_key_file(request.auth_key_file)
     with open(request.auth_key_file, encoding="utf-8") as fh:
@@ -313,25 +423,31 @@ def enrol(
         f"--auth-key=file:{request.auth_key_file}",
         f"--hostname={request.hostname}",
         f"--accept-dns={'true' if request.accept_dns else 'false'}",
-        f"--timeout={int(request.timeout_s)}s",
+        # a Go duration: 0.5 stays 0.5 s (int() made it 0s, which tailscale takes as "no timeout")
+        f"--timeout={request.timeout_s:g}s",
     ] + (["--force-reauth"] if request.force_reauth else [])
+    what = f"`tailscale up` against {request.login_server} as {request.hostname}"
+    started = time.monotonic()
     try:
-        proc = children.run(argv, timeout_s=request.timeout_s + 10.0, env=env)
+        proc = children.run(argv, timeout_s=request.timeout_s + UP_GRACE_S, env=env)
     except FileNotFoundError:
-        raise EnrolError(
-            f"tailscale CLI {cli!r} not found; install tailscale or set tailscale.cli in the robot config"
-        ) from None
+        raise EnrolError(f"tailscale CLI {cli!r} not found",
+                         "install tailscale (pkgs.tailscale.com) or set tailscale.cli in the robot config") from None
     except subprocess.TimeoutExpired:
         raise EnrolError(
-            f"`tailscale up` against {request.login_server} did not finish in {request.timeout_s + 10:.0f} s"
-        ) from None
+            f"{what} did not finish within tailscale.up_timeout = {request.timeout_s:g} s (stopped "
+            f"after {time.monotonic() - started:.1f} s: tailscale gets {UP_GRACE_S:g} s more to "
+            "report its own error)", up_failure_fix(ENROL_UNREACHABLE, request) +
+            "; or raise tailscale.up_timeout", ENROL_UNREACHABLE) from None
     if proc.returncode != 0:
-        text = (proc.stderr or proc.stdout or "").strip()
-        text = redact(text, secret)
-        raise EnrolError(
-            f"`tailscale up` against {request.login_server} as {request.hostname} failed "
-            f"(exit {proc.returncode}): {text[-500:]}"
-        )
+        text = redact(one_line(proc.stderr or proc.stdout or ""), secret)
+        kind = classify_up_failure(text)
+        cause = {ENROL_KEY_REJECTED: "the control server rejected the auth key (used, expired, revoked or unknown)",
+                 ENROL_CERTIFICATE: "tailscaled does not trust the control server's certificate",
+                 ENROL_UNREACHABLE: "the control server did not answer",
+                 ENROL_TAGS: "headscale refused the tags asked for"}.get(kind, "it failed")
+        raise EnrolError(f"{what} failed (exit {proc.returncode}): {cause}; tailscale said: {text[-300:]}",
+                         up_failure_fix(kind, request), kind)
 
 
 def parse_netcheck_output(stdout: str) -> Optional[Dict[str, Any]]:
@@ -370,12 +486,15 @@ def netcheck(cli: str, socket_path: str, env: Optional[Dict[str, str]] = None,
     try:
         proc = children.run(argv, timeout_s=timeout_s, env=env)
     except FileNotFoundError:
-        raise TailscaleError(f"tailscale CLI {cli!r} not found") from None
+        raise TailscaleError(f"tailscale CLI {cli!r} not found",
+                             "install tailscale or set tailscale.cli in the robot config") from None
     except subprocess.TimeoutExpired:
-        raise TailscaleError(f"`tailscale netcheck` took longer than {timeout_s:.0f} s") from None
+        raise TailscaleError(f"`tailscale netcheck` took longer than {timeout_s:.0f} s",
+                             "check that this machine reaches the DERP/STUN server (server.derp in the "
+                             "fleet file); the next check runs at node.netcheck_interval") from None
     report = parse_netcheck_output(proc.stdout)
     if report is not None:
         return report
     raise TailscaleError(
-        f"`tailscale netcheck` gave no report (exit {proc.returncode}): {proc.stderr.strip()[-300:]}"
-    )
+        f"`tailscale netcheck` gave no report (exit {proc.returncode}): {proc.stderr.strip()[-300:]}",
+        f"run `tailscale --socket={socket_path} netcheck` by hand to see why; {RESTART_TAILSCALED} if it hangs")

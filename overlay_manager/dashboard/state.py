@@ -2,6 +2,7 @@
 
 - ``nodes_from_topics``: which overlay_manager nodes are on the ROS graph, from the master's
   published-topics list (a node is found by its ``~peers`` topic of type overlay_manager/PeerList).
+- ``node_choices``: what the node selector lists and which node it shows, from the nodes found.
 - ``HistoryStore``: per-peer history of latency and rx/tx rates for the small plots; rates come
   from tailscaled's byte counters between two PeerList messages.
 - ``Freshness``: when the selected node last published, so a node that died is marked stale.
@@ -39,6 +40,32 @@ def nodes_from_topics(topics: Iterable[Tuple[str, str]]) -> List[str]:
     nodes = {topic[: -len(suffix)] for topic, msg_type in topics
              if msg_type == PEER_LIST_TYPE and topic.endswith(suffix) and len(topic) > len(suffix)}
     return sorted(nodes, key=lambda n: (n != DEFAULT_NODE, n))
+
+
+def node_choices(found: List[str], current: str, user_picked: bool) -> Tuple[List[str], str]:
+    """The node selector's items and the node to show, after discovery found ``found``.
+
+    The list holds the nodes that exist. The shown node stays when it was found, or when the user
+    picked it (a node that is not up yet, or has just died, stays selected; it is listed so the
+    selector can show it). A node the dashboard chose itself (the default ``/overlay_manager``
+    before anything was found, or a node that has gone away) gives way to the first found node;
+    while nothing is found it stays (so the view says whom it is waiting for).
+
+    Args:
+        found: nodes on the graph (``nodes_from_topics``), in display order.
+        current: the node shown now ("" = none).
+        user_picked: the user chose ``current`` (command line, settings or the selector).
+    Returns:
+        (items, node to show); the node is in items unless it is "".
+    """
+    if not current or (current not in found and not user_picked and found):
+        selected = found[0] if found else current
+    else:
+        selected = current
+    items = list(found)
+    if selected and selected not in items:
+        items.append(selected)
+    return items, selected
 
 
 @dataclass(frozen=True)

@@ -33,7 +33,7 @@ from overlay_manager.dashboard.cells import (
 from overlay_manager.dashboard.model import ActionResult, OverlayModel
 from overlay_manager.dashboard.peer_table import COLUMN_KEYS, PeerTable
 from overlay_manager.dashboard.plot import HistoryPlot
-from overlay_manager.dashboard.state import DEFAULT_NODE, normalise_node
+from overlay_manager.dashboard.state import DEFAULT_NODE, node_choices, normalise_node
 from overlay_manager.dashboard.status_panel import STATUS_FIELDS, clear_status, show_status
 from overlay_manager.dashboard.topic_table import TopicTable
 
@@ -162,15 +162,14 @@ class OverlayDashboardWidget(QWidget):
 
     def _on_nodes(self, nodes: List[str]) -> None:
         current = self._model.node()
+        items, selected = node_choices(nodes, current, self._user_picked_node)
         self.node_combo.blockSignals(True)
         self.node_combo.clear()
-        self.node_combo.addItems(nodes)
-        if current and current not in nodes:
-            self.node_combo.addItem(current)
-        self.node_combo.setCurrentText(current)
+        self.node_combo.addItems(items)
+        self.node_combo.setCurrentText(selected)
         self.node_combo.blockSignals(False)
-        if nodes and current not in nodes and not self._user_picked_node:
-            self.select_node(nodes[0])
+        if selected != current:
+            self._model.set_node(selected)
 
     def _on_node_changed(self, node: str) -> None:
         self._peers.clear()

@@ -7,11 +7,12 @@ Public API (see docs/ARCHITECTURE.md, "Contracts between modules")::
     dep = init_deployment(fleet, "headscale")    # Deployment (idempotent; nothing half-written)
     argv = dep.serve_argv()                      # run it (in any namespace); wait for dep.cli().health()
     write_bundle(dep, fleet, "alpha-robot1", "bundles/alpha-robot1")  # robot.yaml, ca.crt, auth.key
+    renew_server_cert(dep, fleet)                # server certificate from the same CA (atomic)
 """
 
 from .bundle import ensure_key, robot_config, write_bundle
 from .config import FleetConfig, FleetError, Host, Team, load_fleet, load_fleet_dict
-from .deploy import Deployment, apply_policy, init_deployment
+from .deploy import Deployment, apply_policy, init_deployment, renew_server_cert
 from .headscale import HeadscaleCLI, find_headscale
 from .ops import fleet_status, revoke, rotate
 from .policy import generate_policy, render_policy
@@ -19,6 +20,6 @@ from .policy import generate_policy, render_policy
 __all__ = [
     "Deployment", "FleetConfig", "FleetError", "HeadscaleCLI", "Host", "Team", "apply_policy",
     "ensure_key", "find_headscale", "fleet_status", "generate_policy", "init_deployment",
-    "load_fleet", "load_fleet_dict", "render_policy", "revoke", "robot_config", "rotate",
-    "write_bundle",
+    "load_fleet", "load_fleet_dict", "render_policy", "renew_server_cert", "revoke", "robot_config",
+    "rotate", "write_bundle",
 ]

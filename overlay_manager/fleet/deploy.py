@@ -59,7 +59,8 @@ class Deployment:
         server_url: URL machines enrol against (headscale server_url).
         base_domain: MagicDNS base domain.
         ca_cert: CA certificate robots must trust, or None (system trust store / http).
-        headscale: headscale binary used by :meth:`serve_argv` and :meth:`cli`.
+        headscale: headscale binary given or recorded ("" = none known); :meth:`binary` looks
+            it up only when a command needs it (``init`` never runs headscale).
     """
 
     root: Path
@@ -94,27 +95,38 @@ class Deployment:
         """Per-host pre-auth key records (0700)."""
         return self.root / "keys"
 
+    def binary(self, needed_for: str = "") -> str:
+        """The headscale binary (:func:`find_headscale` from :attr:`headscale`).
+
+        Raises:
+            FleetError: none found; the message names ``needed_for`` and how to point at one.
+        """
+        return find_headscale(self.headscale or None, needed_for=needed_for)
+
+    def _serve_args(self) -> List[str]:
+        return ["serve", "--config", str(self.config_path)]
+
     def serve_argv(self) -> List[str]:
         """argv that runs headscale in the foreground with this deployment."""
-        return [self.headscale, "serve", "--config", str(self.config_path)]
+        return [self.binary("`fleet serve`"), *self._serve_args()]
 
-    def cli(self) -> HeadscaleCLI:
+    def cli(self, needed_for: str = "") -> HeadscaleCLI:
         """A CLI wrapper talking to this deployment's (running) headscale."""
-        return HeadscaleCLI(self.headscale, self.config_path)
+        return HeadscaleCLI(self.binary(needed_for), self.config_path)
 
     def server_pid(self) -> Optional[int]:
         """pid of the running headscale serving this deployment, or None.
 
-        Reads run/headscale.pid; otherwise looks for a process whose argv is exactly
-        :meth:`serve_argv` (same binary and config path), e.g. one the lab started.
+        Reads run/headscale.pid; otherwise looks for a process whose arguments are exactly
+        those of :meth:`serve_argv` (same config path), e.g. one the lab started.
         """
+        want = self._serve_args()
         try:
             pid = int(self.pid_path.read_text().strip())
-            if _argv_of(pid)[1:] == self.serve_argv()[1:]:
+            if _argv_of(pid)[1:] == want:
                 return pid
         except (OSError, ValueError):
             pass
-        want = self.serve_argv()[1:]
         for entry in os.listdir("/proc"):
             if entry.isdigit() and _argv_of(int(entry))[1:] == want:
                 return int(entry)
@@ -136,11 +148,15 @@ class Deployment:
         return {"fleet": self.fleet_name, "server_url": self.server_url,
                 "base_domain": self.base_domain,
                 "ca_cert": str(self.ca_cert) if self.ca_cert else None,
-                "headscale": self.headscale}
+                "headscale": self.headscale or None}
 
     @classmethod
     def open(cls, root: Union[str, Path], headscale: Optional[str] = None) -> Deployment:
-        """Reopen a deployment written by :func:`init_deployment`."""
+        """Reopen a deployment written by :func:`init_deployment`.
+
+        ``headscale``: binary to use (default: the one recorded at ``init``, then
+        :func:`find_headscale`'s search, when a command needs it).
+        """
         root = Path(root).expanduser().resolve()
         meta = root / "deployment.json"
         try:
@@ -156,7 +172,7 @@ class Deployment:
             return cls(root=root, fleet_name=data["fleet"], server_url=data["server_url"],
                        base_domain=data["base_domain"],
                        ca_cert=Path(data["ca_cert"]) if data.get("ca_cert") else None,
-                       headscale=find_headscale(headscale or data.get("headscale")))
+                       headscale=str(headscale or data.get("headscale") or ""))
         except KeyError as e:
             raise FleetError("missing", file=meta, key=str(e.args[0])) from None
 
@@ -245,7 +261,9 @@ def init_deployment(fleet: FleetConfig, outdir: Union[str, Path],
     Args:
         fleet: validated fleet file.
         outdir: deployment directory (created, mode 0700).
-        headscale: headscale binary (default: see :func:`find_headscale`).
+        headscale: headscale binary to record (default: the one :func:`find_headscale` finds,
+            if any). A new deployment does not need it; converging one whose policy changed
+            does (headscale checks the new policy).
 
     Raises:
         ConfigError: a problem in the fleet file (TLS files, certificate names), naming it and
@@ -253,7 +271,7 @@ def init_deployment(fleet: FleetConfig, outdir: Union[str, Path],
         FleetError: any other failure, naming the file concerned.
     """
     root = Path(outdir).expanduser().resolve()
-    binary = find_headscale(headscale)
+    binary = str(headscale) if headscale else _headscale_if_any()
     if len(str(root / "run" / "headscale.sock")) > 100:
         raise FleetError("path too long for a unix socket (max 100 characters); use a shorter "
                          "deployment directory", file=root / "run" / "headscale.sock")
@@ -296,6 +314,14 @@ def init_deployment(fleet: FleetConfig, outdir: Union[str, Path],
             shutil.rmtree(build, ignore_errors=True)
 
 
+def _headscale_if_any() -> str:
+    """The headscale binary find_headscale finds, or "" (looked up again when needed)."""
+    try:
+        return find_headscale()
+    except FleetError:
+        return ""
+
+
 def _write_deployment(fleet: FleetConfig, build: Path, root: Path, binary: str,
                       *, new: bool) -> Deployment:
     """Write the deployment's files into ``build`` for a deployment that will live at ``root``
@@ -313,9 +339,11 @@ def _write_deployment(fleet: FleetConfig, build: Path, root: Path, binary: str,
                 raise FleetError("the openssl command is missing (Debian package: openssl); it makes "
                                  "the fleet CA and the server certificate", file=fleet.path)
             names = [s.host, *s.tls.names]
+            ca_key, _ = tls.ensure_ca(build / "tls", f"{fleet.name} fleet CA", s.tls.ca_days)
             try:
-                ca_key, _ = tls.ensure_ca(build / "tls", f"{fleet.name} fleet CA", s.tls.days)
                 tls.ensure_server_cert(build / "tls", ca_key, build / "tls" / "ca.crt", names, s.tls.days)
+            except tls.CAExpired:
+                raise
             except FleetError as e:
                 raise ConfigError(fleet.path, "server.tls.names" if s.tls.names else "server.url",
                                   f"cannot issue the server certificate for {', '.join(names)}: "
@@ -336,6 +364,60 @@ def _write_deployment(fleet: FleetConfig, build: Path, root: Path, binary: str,
         apply_policy(dep, fleet)
     write_atomic(build / "deployment.json", json.dumps(dep.to_json(), indent=2) + "\n", 0o644)
     return dep
+
+
+def renew_server_cert(dep: Deployment, fleet: FleetConfig, *, force: bool = False) -> tls.ServerCert:
+    """Re-issue the deployment's server certificate from its fleet CA (``fleet renew-cert``).
+
+    Renews when the certificate expires within :data:`tls.RENEW_BEFORE_S`, its names differ
+    from the fleet file's, or ``force``; otherwise keeps it (idempotent). Atomic (see
+    :mod:`.tls`); the CA is kept, so robots keep trusting the server. headscale reads the
+    certificate when it starts: restart it afterwards.
+
+    Raises:
+        FleetError: TLS not generated by the fleet tool (own files or http), the CA missing or
+            expired, or openssl failing; naming the file and the fix.
+    """
+    s = fleet.server
+    if urlsplit(s.url).scheme != "https":
+        raise FleetError("server.url is http://: there is no certificate to renew", file=fleet.path)
+    if not s.tls.generate:
+        raise FleetError(f"server.tls.generate is false: the certificate {s.tls.cert} is your own; "
+                         "renew it with the CA that issued it, then restart headscale",
+                         file=fleet.path, key="server.tls.cert")
+    tls_dir = dep.root / "tls"
+    ca_key, ca_crt = tls_dir / "ca.key", tls_dir / "ca.crt"
+    for f in (ca_key, ca_crt):
+        if not f.is_file():
+            raise FleetError("missing: the fleet CA is needed to renew the server certificate "
+                             "(restore it from a backup; a new CA needs a new ca.crt on every "
+                             "robot, see docs/fleet.md)", file=f)
+    return tls.ensure_server_cert(tls_dir, ca_key, ca_crt, [s.host, *s.tls.names], s.tls.days,
+                                  force=force)
+
+
+def cert_notices(dep: Deployment, fleet: Optional[FleetConfig], renew_command: str,
+                 now: Optional[Any] = None) -> List[tls.CertNotice]:
+    """The deployment's certificates that expire soon or have expired (``fleet status`` and
+    ``fleet init`` print them): the server certificate (fix: ``renew_command``) and the fleet
+    CA (fix: a new CA); with ``server.tls.generate: false`` the operator's own files."""
+    tls_dir = dep.root / "tls"
+    own = fleet is not None and not fleet.server.tls.generate
+    certs = []
+    if own and fleet is not None:
+        t = fleet.server.tls
+        if t.cert:
+            certs.append((t.cert, "server certificate (server.tls.cert)", tls.SERVER_WARN_BEFORE_S,
+                          "renew it with the CA that issued it, then restart headscale"))
+        if t.ca:
+            certs.append((t.ca, "CA (server.tls.ca)", tls.CA_WARN_BEFORE_S,
+                          "get a new CA certificate, give it to every robot (ca.crt) and rerun `fleet init`"))
+    else:
+        certs.append((tls_dir / "server.crt", "server certificate", tls.SERVER_WARN_BEFORE_S,
+                      f"run `{renew_command}`, then restart headscale"))
+        certs.append((tls_dir / "ca.crt", "fleet CA", tls.CA_WARN_BEFORE_S,
+                      "make a new CA and give every robot its ca.crt (docs/fleet.md, \"A new CA\")"))
+    return tls.certificate_notices(certs, now)
 
 
 @dataclass(frozen=True)
@@ -367,7 +449,7 @@ def apply_policy(dep: Deployment, fleet: FleetConfig) -> PolicyResult:
         pass
     new = dep.policy_path.with_name("policy.hujson.new")
     write_atomic(new, text, 0o644)
-    cli = dep.cli()
+    cli = dep.cli("checking a changed policy (`fleet policy`, `fleet init` of an existing deployment)")
     running = dep.server_pid() is not None or cli.health()
     try:
         try:

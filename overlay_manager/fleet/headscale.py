@@ -22,30 +22,46 @@ from .config import FleetError
 #: Seconds one CLI call may take before it is abandoned.
 CLI_TIMEOUT_S = 30.0
 
-def find_headscale(explicit: Union[str, Path, None] = None) -> str:
+def _checkout_headscale() -> Optional[str]:
+    """``<repo>/.tools/bin/headscale`` when running from a source checkout, else None."""
+    repo = Path(__file__).resolve().parents[2]
+    if (repo / "package.xml").is_file() and (repo / "scripts" / "setup").is_file():
+        return str(repo / ".tools" / "bin" / "headscale")
+    return None
+
+
+def find_headscale(explicit: Union[str, Path, None] = None, needed_for: str = "") -> str:
     """Path of the headscale binary.
 
     Order: ``explicit``; ``$HEADSCALE_BIN``; ``<repo>/.tools/bin/headscale`` (scripts/setup's
     pinned build) only when running from a source checkout; ``headscale`` on PATH. An installed
-    package never looks next to its own files. Raises FleetError when none exists.
+    package never looks next to its own files.
+
+    Args:
+        explicit: a path given by the caller (``--headscale``) or recorded in the deployment.
+        needed_for: what needs it (e.g. "`fleet status`"), named in the error.
+
+    Raises:
+        FleetError: none exists; one line naming ``--headscale`` and ``HEADSCALE_BIN``.
     """
     candidates: List[str] = []
     if explicit:
         candidates.append(str(explicit))
     if os.environ.get("HEADSCALE_BIN"):
         candidates.append(os.environ["HEADSCALE_BIN"])
-    repo = Path(__file__).resolve().parents[2]
-    if (repo / "package.xml").is_file() and (repo / "scripts" / "setup").is_file():  # a source checkout
-        candidates.append(str(repo / ".tools" / "bin" / "headscale"))
+    checkout = _checkout_headscale()
+    if checkout:
+        candidates.append(checkout)
     for c in candidates:
         if os.path.isfile(c) and os.access(c, os.X_OK):
             return c
     found = shutil.which("headscale")
     if found:
         return found
-    raise FleetError("headscale binary not found (give --headscale, set HEADSCALE_BIN, put "
-                     "headscale on PATH, or in a source checkout run scripts/setup to build "
-                     ".tools/bin/headscale)")
+    tried = f" ({explicit} is not an executable file)" if explicit else ""
+    raise FleetError(f"{needed_for or 'this command'} needs the headscale binary (v0.29), which "
+                     f"was not found{tried}: pass --headscale PATH or set HEADSCALE_BIN=PATH (or put "
+                     "headscale on PATH; in a source checkout scripts/setup builds .tools/bin/headscale)")
 
 
 def parse_time(value: Any) -> Optional[datetime]:

@@ -108,7 +108,10 @@ class TlsConfig:
             use the system trust store on the robots.
         names: extra subject alternative names (DNS names or IP addresses) for the generated
             certificate; the server URL's host is always included.
-        days: validity of the generated CA and server certificate, in days.
+        days: validity of the generated server certificate, in days (re-issued by ``fleet
+            renew-cert``, or by ``fleet init`` within 30 days of its expiry).
+        ca_days: validity of the generated CA, in days (robots trust it; it is never replaced
+            by the fleet tool on its own).
     """
 
     generate: bool = True
@@ -117,6 +120,15 @@ class TlsConfig:
     ca: Optional[Path] = None
     names: Tuple[str, ...] = ()
     days: int = 825
+    ca_days: int = 3650
+
+
+SERVER_CERT_DAYS = TlsConfig.days
+"""Default validity of the generated server certificate (days): 825, the longest a publicly
+trusted TLS server certificate could have; short enough that a leaked key stops working."""
+CA_DAYS = TlsConfig.ca_days
+"""Default validity of the generated fleet CA (days): 10 years, longer than a robot's service
+life, because replacing it means a new ca.crt on every robot."""
 
 
 @dataclass(frozen=True)

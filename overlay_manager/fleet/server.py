@@ -11,7 +11,7 @@ from typing import Any, Optional
 from urllib.parse import urlsplit
 
 from ..validation import MISSING, Reader, is_domain, shorten
-from .model import DerpConfig, ServerConfig, TlsConfig
+from .model import CA_DAYS, SERVER_CERT_DAYS, DerpConfig, ServerConfig, TlsConfig
 
 
 def load_server(r: Reader, raw: Any, base: Path) -> ServerConfig:
@@ -28,7 +28,8 @@ def load_server(r: Reader, raw: Any, base: Path) -> ServerConfig:
     default_port = parts.port or (443 if parts.scheme == "https" else 80)
     listen = r.hostport(m.get("listen", MISSING), "server.listen", f"0.0.0.0:{default_port}")
 
-    t = r.mapping(m.get("tls"), "server.tls", {"generate", "cert", "key", "ca", "names", "days"})
+    t = r.mapping(m.get("tls"), "server.tls", {"generate", "cert", "key", "ca", "names", "days",
+                                                   "ca_days"})
     names = r.string_list(t.get("names", MISSING), "server.tls.names", [])
     for i, n in enumerate(names):
         if not _is_san(n):
@@ -44,7 +45,8 @@ def load_server(r: Reader, raw: Any, base: Path) -> ServerConfig:
         key=path("key"),
         ca=path("ca"),
         names=tuple(names),
-        days=r.integer(t.get("days", MISSING), "server.tls.days", 825, lo=1, hi=36500),
+        days=r.integer(t.get("days", MISSING), "server.tls.days", SERVER_CERT_DAYS, lo=1, hi=36500),
+        ca_days=r.integer(t.get("ca_days", MISSING), "server.tls.ca_days", CA_DAYS, lo=1, hi=36500),
     )
     if parts.scheme == "https" and not tls.generate and (tls.cert is None or tls.key is None):
         raise r.error("server.tls", "with generate: false, give cert and key (PEM files)")

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, Tuple
 
-from ..validation import MISSING, Reader, is_dns_label, join_key, shorten, type_name
+from ..validation import MISSING, Reader, is_dns_label, join_key, lower_case_hint, shorten, type_name
 from .model import ROLES, Host, Team
 
 _LABEL_HINT = "not a valid DNS label: use a-z, 0-9 and '-', 1 to 63 characters, not starting or ending with '-'"
@@ -26,7 +26,7 @@ def _host_entry(r: Reader, raw: Any, key: str) -> Tuple[str, int]:
         name = r.string(m.get("name", MISSING), f"{key}.name")
         port = r.port(m.get("master_port", MISSING), f"{key}.master_port", 11311)
     if not is_dns_label(name):
-        raise r.error(key, _LABEL_HINT, host=name)
+        raise r.error(key, _LABEL_HINT + lower_case_hint(name), host=name)
     return name, port
 
 
@@ -73,7 +73,7 @@ def load_teams(r: Reader, raw_teams: Any, raw_hosts: Any) -> Dict[str, Team]:
     for hname, hraw in hosts_raw.items():
         hkey = join_key("hosts", hname)
         if not is_dns_label(hname):
-            raise r.error(hkey, _LABEL_HINT, host=hname)
+            raise r.error(hkey, _LABEL_HINT + lower_case_hint(hname), host=hname)
         hm = r.mapping(hraw, hkey, {"team", "role", "master_port"})
         team = r.string(hm.get("team", MISSING), f"{hkey}.team")
         if team not in members:

@@ -5,9 +5,9 @@ Quick use (as root)::
 
     from overlay_manager.lab import Lab
     with Lab("config/lab/two_buildings.yaml") as lab:
-        lab.tailscale_up("robot1"); lab.tailscale_up("laptop")
+        lab.tailscale_up("alpha-robot1"); lab.tailscale_up("alpha-laptop")
         lab.wait_enrolled()
-        print(lab.ping("laptop", "robot1").path)   # direct
+        print(lab.ping("alpha-laptop", "alpha-robot1").path)   # direct
         lab.block_udp("b1")
 
 See docs/lab.md.

@@ -58,6 +58,7 @@ import time
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence
 
+from ..ros_names import overlay_node
 from . import robots
 from .bench_measure import Measure
 from .bench_paths import (
@@ -122,7 +123,7 @@ def run(out_dir: Path, quick: bool = False, seconds: Optional[float] = None, udp
         lab.popen(ROBOT, ["iperf3", "-s", "-p", str(IPERF_PORT)], log=Path(lab.host_dir(ROBOT)) / "iperf3.log")
         say("robot.launch on robot1 (master)")
         procs.append(robots.start_robot(lab, ROBOT, master=True))
-        robots.peers(lab, ROBOT, timeout=90, node=f"/{ROBOT}/overlay_manager")
+        robots.peers(lab, ROBOT, timeout=90, node=overlay_node(ROBOT))
         paths.start_robot_helper("ts-direct")
 
         def cold_launch(host: str, path: str) -> Dict[str, Any]:

@@ -40,6 +40,7 @@ import time
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence
 
+from ..ros_names import overlay_node
 from . import camera_streams, robots
 from .bench_report import replot, write_report
 from .core import Lab
@@ -59,7 +60,7 @@ SPEC: Dict[str, Any] = {
     "relays": {"relay1": {"port": 40000}},
 }
 ROBOT, LAPTOP, RELAY, B1 = "robot1", "laptop", "relay1", "b1"
-N_ROBOT, N_LAPTOP = f"/{ROBOT}/overlay_manager", f"/{LAPTOP}/overlay_manager"
+N_ROBOT, N_LAPTOP = overlay_node(ROBOT), overlay_node(LAPTOP)
 RAW = "/camera/image_raw"
 STREAM_KEYS = {"jpeg": "link-aware", "h264": "h264"}
 """Result keys of the encoded streams (then `` <budget Mbit/s>`` on relayed columns)."""

@@ -5,12 +5,12 @@
                                [--topic-peers 5] [--no-ipn-bus] [--subscribers] [--node-param KEY=VALUE ...]
                                [--skip-path|--skip-cpu]
 
-1. Path-change latency (config/lab/two_buildings.yaml, a fresh lab run). robot.launch on robot1
-   (master) and laptop, direct path proved with ~ping_peer, ICMP pings over the overlay from the
+1. Path-change latency (config/lab/two_buildings.yaml, a fresh lab run). robot.launch on alpha-robot1
+   (master) and alpha-laptop, direct path proved with ~ping_peer, ICMP pings over the overlay from the
    laptop at 5 Hz the whole time. Per trial: UDP blocked at building b1, then unblocked. Inside the
    laptop's namespace two watchers run: one reads tailscaled's LocalAPI status at 50 Hz and prints
-   the robot1 path when it changes (classified exactly as the node does, peers.parse_status:
-   derp = Active without CurAddr/PeerRelay); one subscribes to /laptop/overlay_manager/path_changes.
+   the robot's path when it changes (classified exactly as the node does, peers.parse_status:
+   derp = Active without CurAddr/PeerRelay); one subscribes to /alpha_laptop/overlay_manager/path_changes.
    Both stamp with time.time() (CLOCK_REALTIME of this machine), so
    ``t_ros - t_ts`` is the node's own latency and ``t_ts - t_block`` is tailscaled's.
 2. CPU and memory. The real node (rosrun overlay_manager overlay_manager_node) against a fake

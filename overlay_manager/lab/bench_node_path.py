@@ -13,11 +13,12 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional
 
+from ..ros_names import overlay_node
 from .bench_node_common import PY, REPO, child_env, say, tail_lines
 
 SPEC = REPO / "config" / "lab" / "two_buildings.yaml"
-ROBOT, LAPTOP, BUILDING = "robot1", "laptop", "b1"
-N_ROBOT, N_LAPTOP = f"/{ROBOT}/overlay_manager", f"/{LAPTOP}/overlay_manager"
+ROBOT, LAPTOP, BUILDING = "alpha-robot1", "alpha-laptop", "b1"
+N_ROBOT, N_LAPTOP = overlay_node(ROBOT), overlay_node(LAPTOP)
 
 
 class LineWatcher:

@@ -315,9 +315,10 @@ class Lab:
         self.control.stop()
 
     # --- tailscaled (tailscaled.py) ---------------------------------------------------------
-    def start_tailscaled(self, host: str) -> subprocess.Popen:
-        """Start the host's tailscaled (TUN ``tailscale0``, own statedir/socket/logs, port 41641)."""
-        return self.tailscaleds.start(host)
+    def start_tailscaled(self, host: str, extra_env: Optional[Mapping[str, str]] = None) -> subprocess.Popen:
+        """Start the host's tailscaled (TUN ``tailscale0``, own statedir/socket/logs, port 41641);
+        extra_env is added to its environment."""
+        return self.tailscaleds.start(host, extra_env)
 
     def stop_tailscaled(self, host: str) -> None:
         """Stop the host's tailscaled (by pid)."""

@@ -28,21 +28,22 @@ from pathlib import Path
 from types import FrameType
 from typing import Any, Callable, Dict, List, Optional
 
+from ..ros_names import overlay_node
 from ..stats import percentile, summary
 from . import camera_streams, robots
 from .core import REPO_ROOT, Lab, missing_prerequisites
 from .errors import LabError
 from .scene import DEFAULT_VIDEO
 
-ROBOT, LAPTOP = "robot1", "laptop"
+ROBOT, LAPTOP = "alpha-robot1", "alpha-laptop"
 CAMERA = "/camera/image_raw"
 TICK_S = 2.0
 NAME_W = max(len(ROBOT), len(LAPTOP))  # width of the live table's node and peer columns
 
 
 def node(host: str) -> str:
-    """The overlay node's name on ``host`` (robot.launch's namespace)."""
-    return f"/{host}/overlay_manager"
+    """The overlay node's name on ``host`` (robot.launch's namespace: ros_names.overlay_node)."""
+    return overlay_node(host)
 
 
 class PathSeen:
@@ -111,19 +112,19 @@ class Demo:
                      + ", ".join(f"{h.name} ({lab.address(h.name)})" for h in b.hosts))
         self.say(f"    Headscale at {lab.server_url}; lab commands are logged to {self.log_path}")
 
-        self.say("2/6 robot1 (b1): eval \"$(rosrun overlay_manager overlay_env --enrol --write-hosts)\" && "
+        self.say(f"2/6 {ROBOT} (b1): eval \"$(rosrun overlay_manager overlay_env --enrol --write-hosts)\" && "
                  f"roslaunch overlay_manager robot.launch camera_topics:={CAMERA}   (it is the ROS master; "
                  "camera_topics starts the link-aware encoder)")
         self.procs.append(robots.start_robot(lab, ROBOT, master=True, launch_args=[f"camera_topics:={CAMERA}"]))
         robots.peers(lab, ROBOT, timeout=90, node=node(ROBOT))
-        self.say(f"    robot1 enrolled as {ROBOT}.{lab.spec.control.base_domain} ({lab.overlay_ip(ROBOT)}); "
+        self.say(f"    {ROBOT} enrolled as {ROBOT}.{lab.spec.control.base_domain} ({lab.overlay_ip(ROBOT)}); "
                  f"starting its camera: a real scene ({DEFAULT_VIDEO.name}, pedestrians) as 640x480 rgb8 "
                  f"sensor_msgs/Image at 30 Hz on {CAMERA}, each frame's index in header.frame_id")
         self.procs.append(robots.start_tool(lab, ROBOT, ["rosnodes", "camera", "--topic", CAMERA], "camera"))
-        self.say("    laptop (b2): the same two commands, with --wait-master 90")
+        self.say(f"    {LAPTOP} (b2): the same two commands, with --wait-master 90")
         self.procs.append(robots.start_robot(lab, LAPTOP, master=False))
         robots.peers(lab, LAPTOP, min_peers=1, timeout=120, node=node(LAPTOP))
-        self.say(f"    laptop enrolled as {LAPTOP}.{lab.spec.control.base_domain} ({lab.overlay_ip(LAPTOP)}); "
+        self.say(f"    {LAPTOP} enrolled as {LAPTOP}.{lab.spec.control.base_domain} ({lab.overlay_ip(LAPTOP)}); "
                  f"{time.monotonic() - self.t0:.0f} s since the start")
         self.say("    without the overlay the laptop could not reach robot1 at all: b1's NAT drops "
                  f"unsolicited connections to {lab.address(ROBOT)} (the system tests prove it)")
@@ -269,7 +270,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     """Entry point: exit 0 after a full run, 1 on a lab failure, 130 on Ctrl-C."""
     ap = argparse.ArgumentParser(prog="demo", description=__doc__.split("\n\n")[0])
     ap.add_argument("--spec", default=str(REPO_ROOT / "config" / "lab" / "two_buildings.yaml"),
-                    help="lab spec with robot1 and laptop in two buildings (default: %(default)s)")
+                    help="lab spec with alpha-robot1 and alpha-laptop in two buildings (default: %(default)s)")
     ap.add_argument("--live", type=float, default=20.0, help="seconds of live table before blocking UDP")
     ap.add_argument("--blocked", type=float, default=30.0, help="at most this many seconds waiting for derp")
     ap.add_argument("--stream", type=float, default=8.0, help="seconds each stream is measured alone on derp")

@@ -25,7 +25,7 @@ import threading
 import time
 from typing import Any, Dict, List, Optional
 
-from ..ros_names import ros_namespace
+from ..ros_names import overlay_node, ros_namespace
 from . import camera_streams, robots
 from .core import Lab
 from .spec import Impairment
@@ -47,8 +47,8 @@ BUDGET_KBPS = 6000.0
 
 
 def node(host: str) -> str:
-    """The overlay node of ``host`` (robot.launch's namespace is ros_namespace(host))."""
-    return f"/{ros_namespace(host)}/overlay_manager"
+    """The overlay node of ``host`` (robot.launch's namespace: ros_names.overlay_node)."""
+    return overlay_node(host)
 
 
 def raw_topic(host: str) -> str:

@@ -14,6 +14,7 @@ document from stdout. Every probe waits with a bounded timeout and says what it 
     probe record [--image T] [--node N]... [--seconds S]   JSON lines of events until SIGTERM
     probe quality --stream raw|jpeg|h264:TOPIC ... --seconds S   rate, latency, bitrate, PSNR per stream
     probe topics [--wait-for TOPIC]... [--timeout S]          the master's published topics
+    probe pid NODE [--timeout S]                 the pid of a ROS node (C++ or Python), from its getPid
 
 Times: ``t`` values are CLOCK_MONOTONIC seconds (the same clock in every namespace, so the test
 process compares them with its own time.monotonic()); latencies from header stamps use the wall
@@ -121,7 +122,12 @@ def main(argv: Optional[List[str]] = None) -> int:
     o = sub.add_parser("topics", help="published topics (name -> type), optionally after some appear")
     o.add_argument("--wait-for", action="append", default=[], help="a topic that must be published (repeat)")
     o.add_argument("--timeout", type=float, default=10.0)
+    d = sub.add_parser("pid", help="the pid of a node (waits until it is registered and answers getPid)")
+    d.add_argument("node")
+    d.add_argument("--timeout", type=float, default=30.0)
     args = ap.parse_args(argv)
+    if args.cmd == "pid":
+        return _pid(args.node, args.timeout)
 
     import rospy
     rospy.init_node("lab_probe", anonymous=True, disable_signals=True)
@@ -218,6 +224,28 @@ def _topics(rospy: Any, wanted: List[str], timeout: float) -> int:
             _out({"ok": True, "topics": topics, "missing": missing})
             return 0
         time.sleep(0.5)
+def _pid(node: str, timeout: float) -> int:
+    """The node's pid from its slave API (getPid), through the master's lookupNode; no rospy node
+    is started, so the probe itself adds nothing to the graph."""
+    import xmlrpc.client
+
+    import rosgraph
+    master = rosgraph.Master("/lab_probe_pid")
+    deadline = time.monotonic() + timeout
+    last = ""
+    while True:
+        try:
+            uri = master.lookupNode(node)
+            code, msg, pid = xmlrpc.client.ServerProxy(uri).getPid("/lab_probe_pid")
+            if code == 1:
+                _out({"ok": True, "pid": int(pid), "uri": uri})
+                return 0
+            last = msg
+        except (OSError, rosgraph.MasterException, xmlrpc.client.Error) as exc:
+            last = f"{type(exc).__name__}: {exc}"
+        if time.monotonic() >= deadline:
+            return _fail(f"node {node} to answer getPid", last)
+        time.sleep(0.3)
 
 
 def _nodes(rospy: Any, spec: Dict[str, Any], timeout: float) -> int:

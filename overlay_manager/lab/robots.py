@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence
 
 from .. import children
+from ..ros_names import overlay_node
 from ..waiting import tail
 from .core import Lab
 from .errors import LabError
@@ -96,7 +97,7 @@ class Recorder:
     """``probe record`` running in the background on a lab host; its JSON lines are read from a
     file while it runs (``t`` values are CLOCK_MONOTONIC, comparable with time.monotonic()).
 
-        rec = Recorder(lab, "laptop", image="/camera/image_raw", nodes=["/laptop/overlay_manager"])
+        rec = Recorder(lab, "alpha-laptop", image="/camera/image_raw", nodes=[overlay_node("alpha-laptop")])
         rec.wait("first frame", lambda ev: ev["ev"] == "frame", timeout=60)
         ...
         rec.stop(); rec.events
@@ -206,11 +207,11 @@ def start_master_then(lab: Lab, master: str, others: Sequence[str], procs: list,
     wait until each lists at least one peer. Started processes are appended to procs as they
     start, so the caller's finally can stop them (robots.stop) whatever fails."""
     procs.append(start_robot(lab, master, master=True))
-    peers(lab, master, timeout=90, node=f"/{master}/overlay_manager")
+    peers(lab, master, timeout=90, node=overlay_node(master))
     for h in others:
         procs.append(start_robot(lab, h, master=False))
     for h in others:
-        peers(lab, h, min_peers=1, timeout=timeout, node=f"/{h}/overlay_manager")
+        peers(lab, h, min_peers=1, timeout=timeout, node=overlay_node(h))
 
 
 @contextmanager

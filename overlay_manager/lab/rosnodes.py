@@ -50,6 +50,13 @@ def textured_frames(width: int, height: int, count: int = 30) -> List[bytes]:
     return frames
 
 
+def gradient_frame(width: int, height: int) -> bytes:
+    """One rgb8 frame of width x height pixels (exactly width * 3 * height bytes): byte values
+    rising along each row, each row shifted by one."""
+    row = bytes(range(256)) * (width * 3 // 256 + 2)  # long enough for a shift of up to 255
+    return b"".join(row[(y % 256):(y % 256) + width * 3] for y in range(height))
+
+
 def run_camera(topic: str, rate_hz: float, width: int, height: int, pattern: str = "scene",
                video: str = "", scene_frames: int = DEFAULT_FRAMES) -> None:
     """Publish width x height rgb8 frames on topic at rate_hz until shutdown.
@@ -74,8 +81,7 @@ def run_camera(topic: str, rate_hz: float, width: int, height: int, pattern: str
     if pattern in ("synthetic", "textured"):
         frames = textured_frames(width, height)
     elif pattern == "gradient":
-        row = bytes(range(256)) * (width * 3 // 256 + 1)
-        frames = [b"".join(row[(y % 256):(y % 256) + width * 3] for y in range(height))]  # a gradient, once
+        frames = [gradient_frame(width, height)]
     msg = Image(height=height, width=width, encoding="rgb8", is_bigendian=0, step=width * 3)
     msg.header.frame_id = "camera"
     rate = rospy.Rate(rate_hz)

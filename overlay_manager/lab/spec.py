@@ -33,7 +33,17 @@ import re
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Set, Tuple
 
-from ..validation import MISSING, ConfigError, Reader, is_domain, join_key, load_yaml, shorten, type_name
+from ..validation import (
+    MISSING,
+    ConfigError,
+    Reader,
+    is_domain,
+    join_key,
+    load_yaml,
+    lower_case_hint,
+    shorten,
+    type_name,
+)
 from .errors import SpecError
 from .spec_model import (
     DEFAULT_RELAY_PORT,
@@ -59,8 +69,10 @@ __all__ = [
     "parse_impairment", "parse_nat_kind", "parse_spec", "spec_to_dict",
 ]
 
-NAME_RE = re.compile(r"^[a-z]([a-z0-9-]{0,22}[a-z0-9])?$")
-"""Building and host names: DNS labels of at most 24 characters (they become namespace names)."""
+NAME_RE = re.compile(r"^[a-z0-9]([a-z0-9-]{0,22}[a-z0-9])?$")
+"""Building and host names: lowercase DNS labels (a-z, 0-9, '-'; a digit may come first) of at most
+24 characters: they become network namespace names (``olab<run>-h-<host>``), tailscale host names
+and, through ros_names.ros_namespace, ROS namespaces (``alpha-robot1`` -> ``/alpha_robot1``)."""
 RESERVED_NAMES = frozenset({"control", "backbone", "bb", "ctl"})
 ROLES = ("robot", "base_station", "operator")
 """Fleet roles a lab host can have."""
@@ -82,7 +94,7 @@ def _check_keys(source: str, key: str, value: Any, allowed: Set[str]) -> Mapping
 def _name(source: str, key: str, value: Any) -> str:
     if not isinstance(value, str) or not NAME_RE.match(value):
         raise SpecError(source, key, f"{shorten(value)} is not a name: lowercase letters, digits and '-', "
-                        "starting with a letter, at most 24 characters")
+                        f"not starting or ending with '-', at most 24 characters{lower_case_hint(value, NAME_RE)}")
     if value in RESERVED_NAMES:
         raise SpecError(source, key, f"{value!r} is reserved ({', '.join(sorted(RESERVED_NAMES))})")
     return value

@@ -12,7 +12,7 @@ import re
 import subprocess
 import time
 from dataclasses import dataclass
-from typing import Any, Dict, List, Optional, Sequence, Set
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Set
 
 from ..fleet.policy import visible
 from ..tailscale import LocalAPI
@@ -81,8 +81,9 @@ class Tailscaleds:
         self.echo = echo
 
     # --- the daemon -------------------------------------------------------------------------
-    def start(self, host: str) -> subprocess.Popen:
-        """Start the host's tailscaled (TUN ``tailscale0``, own statedir/socket/logs, port 41641)."""
+    def start(self, host: str, extra_env: Optional[Mapping[str, str]] = None) -> subprocess.Popen:
+        """Start the host's tailscaled (TUN ``tailscale0``, own statedir/socket/logs, port 41641);
+        extra_env is added to its environment (e.g. a systemd drop-in's Environment=)."""
         lay = self.layout
         d = lay.host_dir(host)
         for sub in ("state", "logs"):
@@ -90,7 +91,7 @@ class Tailscaleds:
         argv = [str(tools_bin() / "tailscaled"), f"--tun={TUN_NAME}", f"--statedir={d / 'state'}",
                 f"--socket={lay.socket_path(host)}", f"--port={TAILSCALE_PORT}", "--no-logs-no-support"]
         env = {**os.environ, "TS_LOGS_DIR": str(d / "logs"), "SSL_CERT_FILE": str(lay.ca_cert_path(host)),
-               "HOME": str(d)}
+               "HOME": str(d), **(extra_env or {})}
         return self.procs.spawn(f"tailscaled:{host}", lay.names.host_ns(host), argv, env, d / "tailscaled.log")
 
     def stop(self, host: str) -> None:

@@ -31,6 +31,7 @@ from .reader import (
     is_dns_label,
     is_domain,
     join_key,
+    lower_case_hint,
     require_file,
 )
 from .rfc3339 import parse_rfc3339
@@ -38,6 +39,6 @@ from .rfc3339 import parse_rfc3339
 __all__ = [
     "ACL_TAG", "DNS_LABEL", "MAX_DEPTH", "MAX_FILE_BYTES", "MISSING", "PROBLEM_CHARS", "REDACTED",
     "VALUE_CHARS", "ConfigError", "Reader", "is_dns_label", "is_domain", "join_key", "load_yaml",
-    "looks_secret", "parse_rfc3339", "parse_yaml", "read_text", "redact", "require_file", "shorten",
+    "looks_secret", "lower_case_hint", "parse_rfc3339", "parse_yaml", "read_text", "redact", "require_file", "shorten",
     "type_name",
 ]

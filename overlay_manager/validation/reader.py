@@ -12,7 +12,7 @@ import math
 import os
 import re
 import stat
-from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Pattern, Sequence
 from urllib.parse import urlsplit
 
 from .errors import ConfigError, looks_secret, shorten, type_name
@@ -39,6 +39,15 @@ def join_key(prefix: str, key: Any) -> str:
 def is_dns_label(name: Any) -> bool:
     """True when ``name`` is a lowercase DNS label (see :data:`DNS_LABEL`)."""
     return isinstance(name, str) and bool(DNS_LABEL.match(name))
+
+
+def lower_case_hint(name: Any, pattern: Pattern[str] = DNS_LABEL) -> str:
+    """`` (write it in lower case: 'alpha-robot1')`` when ``name`` matches ``pattern`` once lower-cased,
+    else "": host names are case-insensitive and tailscale and headscale show them in lower case,
+    so configuration files must use that form."""
+    if isinstance(name, str) and name != name.lower() and pattern.match(name.lower()):
+        return f" (write it in lower case: {name.lower()!r})"
+    return ""
 
 
 def is_domain(name: Any, min_labels: int = 2) -> bool:

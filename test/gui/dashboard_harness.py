@@ -161,20 +161,32 @@ def qapp(xvfb: str):
     yield app
 
 
-@pytest.fixture(scope="module")
-def fake_node(roscore: str, ros_env: Dict[str, str]) -> Iterator[subprocess.Popen]:
-    """test/gui/fake_overlay_node.py as /overlay_manager; send commands with send_command()."""
-    proc = subprocess.Popen(["/usr/bin/python3", str(Path(__file__).with_name("fake_overlay_node.py")),
-                             "__name:=overlay_manager"], env=ros_env, stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            start_new_session=True)
+def start_fake_node(ros_env: Dict[str, str], ns: str = "") -> subprocess.Popen:
+    """test/gui/fake_overlay_node.py as <ns>/overlay_manager (``/overlay_manager`` without ns),
+    started and ready; stop it with :func:`stop_fake_node`."""
+    args = ["__name:=overlay_manager"] + ([f"__ns:={ns}"] if ns else [])
+    proc = subprocess.Popen(["/usr/bin/python3", str(Path(__file__).with_name("fake_overlay_node.py"))] + args,
+                            env=ros_env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, start_new_session=True)
     assert proc.stdout is not None
     line = proc.stdout.readline()  # blocks until "ready" or the process exits (bounded by rospy)
     if line.strip() != "ready":
         stop_process(proc)
         rest = line + proc.stdout.read()
         pytest.fail(f"fake overlay node did not start: {rest[-2000:]}")
+    return proc
+
+
+@pytest.fixture(scope="module")
+def fake_node(roscore: str, ros_env: Dict[str, str]) -> Iterator[subprocess.Popen]:
+    """test/gui/fake_overlay_node.py as /overlay_manager; send commands with send_command()."""
+    proc = start_fake_node(ros_env)
     yield proc
+    stop_fake_node(proc)
+
+
+def stop_fake_node(proc: subprocess.Popen) -> None:
+    """Ask the fake node to quit (it unregisters its topics); by pid after 5 s."""
     if proc.stdin is not None and proc.poll() is None:
         proc.stdin.write("quit\n")
         proc.stdin.flush()

@@ -83,7 +83,7 @@ def test_overlay_env_help_and_env_file(install):
     assert out.returncode == 0 and "--env-file" in out.stdout, out.stdout + out.stderr
     example = install / "share" / "overlay_manager" / "config" / "robot.example.yaml"
     out = in_install(install, f"rosrun overlay_manager overlay_env --config {example}")
-    assert out.returncode == 0 and "export ROS_HOSTNAME=robot1.fleet.internal" in out.stdout, out.stderr
+    assert out.returncode == 0 and "export ROS_HOSTNAME=alpha-robot1.fleet.internal" in out.stdout, out.stderr
 
 
 def test_roslaunch_files_robot_launch(install):
@@ -93,7 +93,8 @@ def test_roslaunch_files_robot_launch(install):
     out = in_install(install, "roslaunch --files overlay_manager monitor.launch gui:=false")
     assert out.returncode == 0 and "monitor.launch" in out.stdout, out.stderr
     share = install / "share" / "overlay_manager" / "config"
-    for f in ("analyzers.yaml", "systemd/overlay-env.service", "systemd/overlay-manager.service",
+    for f in ("analyzers.yaml", "systemd/overlay-env.service", "systemd/overlay-upkeep.service",
+              "systemd/overlay-manager.service",
               "systemd/overlay-manager.env", "systemd/tailscaled.service.d/overlay_manager.conf"):
         assert (share / f).is_file(), f"{f} is not installed"
 
@@ -119,13 +120,24 @@ def test_source_checkout_tools_are_not_installed(install):
     assert out.returncode == 0 and "bundle" in out.stdout, out.stderr
 
 
+def test_installed_fleet_reads_its_unit_template(install):
+    """`fleet serve --unit` reads config/systemd/headscale.service.in from the install space."""
+    out = in_install(install, "python3 -c 'from overlay_manager.fleet.unit import template_path, render_unit; "
+                              "print(template_path()); print(render_unit(\"lab\", [\"/usr/bin/headscale\"]))'")
+    assert out.returncode == 0, out.stderr
+    path = out.stdout.splitlines()[0]
+    assert path == str(install / "share" / "overlay_manager" / "config" / "systemd" / "headscale.service.in")
+    assert "ExecStart=/usr/bin/headscale" in out.stdout and "fleet lab" in out.stdout
+
+
 def test_installed_fleet_never_looks_next_to_its_files(install):
     """fleet finds headscale through --headscale, $HEADSCALE_BIN or PATH, not a .tools next to it."""
     if shutil.which("headscale", path=CLEAN_ENV["PATH"]):
         pytest.skip("a headscale on the clean PATH would be found legitimately")
     out = in_install(install, "python3 -c 'from overlay_manager.fleet.headscale import find_headscale; "
                               "print(find_headscale())'")
-    assert out.returncode != 0 and "headscale binary not found" in out.stderr, out.stdout + out.stderr
+    assert out.returncode != 0 and "headscale binary (v0.29), which was not found" in out.stderr \
+        and "--headscale PATH" in out.stderr, out.stdout + out.stderr
     fake = install.parent / "bin" / "headscale"
     fake.parent.mkdir(exist_ok=True)
     fake.write_text("#!/bin/sh\nexit 0\n")

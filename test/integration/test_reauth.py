@@ -77,3 +77,8 @@ def test_rotate_then_reauth_keeps_the_node(server: Server) -> None:  # noqa: F81
     stale = overlay_env(config, "--enrol", "--reauth")
     assert stale.returncode == 1 and "already used" in stale.stderr, stale.stderr
     assert new_key.strip() not in stale.stdout + stale.stderr
+    # one line naming the cause and the fix (the multi-line stderr of tailscale folded into it)
+    lines = stale.stderr.strip().splitlines()
+    assert len(lines) == 1, stale.stderr
+    assert "rejected the auth key" in lines[0] and f"fix: on the fleet server run `fleet rotate {HOST}`" \
+        in lines[0] and f"overlay_env --config {config} --enrol --reauth" in lines[0], lines[0]

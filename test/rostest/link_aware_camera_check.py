@@ -2,7 +2,8 @@
 """rostest: the link-aware encoder and the decoder, run for real (see link_aware_camera.test).
 
 This node is the camera (640x480 rgb8, 30 Hz, noisy so JPEG frames are large), the overlay node's
-~peers (a fake PeerList: this host 127.0.0.2 is the peer "laptop") and the viewer. It checks:
+~peers (a fake PeerList: this host 127.0.0.2 is the peer "alpha-laptop": a host name
+shown as is, never turned into a ROS name) and the viewer. It checks:
 no raw subscription without subscribers; real JPEG in compressed_image_transport's format that
 decodes (OpenCV, as the stock plugin's fallback does) to the original size and colours; the
 decoder's raw output; quality and rate dropping when the laptop's path turns derp and coming back
@@ -48,9 +49,9 @@ def make_frame():
 def peers_msg(path):
     msg = PeerList()
     msg.header.stamp = rospy.Time.now()
-    msg.self_peer = Peer(name="robot1", dns_name="robot1.fleet.internal", addresses=["100.64.0.1"],
+    msg.self_peer = Peer(name="alpha-robot1", dns_name="alpha-robot1.fleet.internal", addresses=["100.64.0.1"],
                          online=True, path=Peer.PATH_SELF)
-    msg.peers = [Peer(name="laptop", dns_name="laptop.fleet.internal", addresses=["127.0.0.2"], online=True,
+    msg.peers = [Peer(name="alpha-laptop", dns_name="alpha-laptop.fleet.internal", addresses=["127.0.0.2"], online=True,
                       active=True, path=path)]
     return msg
 
@@ -134,7 +135,7 @@ class LinkAwareCamera(unittest.TestCase):
         self.assertLess(float(np.abs(rgb - self.frame.astype(np.int16)).mean()), 20.0)
         r, g, b = rgb[HEIGHT // 2, 40]
         self.assertTrue(r > 200 and g < 60 and b < 60, f"red block decoded as {(r, g, b)}")
-        self.assertEqual(st.subscribers[0].host, "laptop")
+        self.assertEqual(st.subscribers[0].host, "alpha-laptop")
         self.assertEqual(st.quality, 90)
         self.assertAlmostEqual(st.rate_hz, 30.0)
         self.assertNotEqual(st.reason, "")
@@ -172,10 +173,10 @@ class LinkAwareCamera(unittest.TestCase):
             st = wait_for("stream_state: laptop on derp, quality and rate lowered",
                           lambda: self._state_with_path(Peer.PATH_DERP,
                                                         lambda s: s.quality < 90 and s.rate_hz < 30.0), timeout=20)
-            self.assertEqual(st.limited_by, "laptop")
+            self.assertEqual(st.limited_by, "alpha-laptop")
             self.assertEqual(st.reason, "path derp")
             self.assertAlmostEqual(st.budget_kbps, BUDGET_DERP_KBPS)
-            self.assertEqual(st.subscribers[0].host, "laptop")
+            self.assertEqual(st.subscribers[0].host, "alpha-laptop")
             time.sleep(2.0)  # settle, then measure what actually arrives
             del got[:]
             t0 = time.monotonic()

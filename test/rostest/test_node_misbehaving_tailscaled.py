@@ -145,6 +145,9 @@ def test_huge_numbers_are_clamped_and_publishing_goes_on(rig):
     rig.fake.mode = "huge"
     try:
         pe = rig.first(t0, "peers", lambda e: e["tx"] == UINT64_MAX, 10, "~peers with tx_bytes clamped to 2^64-1")
+        # clamped, and said: one WARN per peer and field (not every poll)
+        wait("the node's WARN naming peer robotb and RxBytes",
+             lambda: "peer robotb: tailscaled sent RxBytes = inf" in rig.node_log.read_text(errors="replace"), 10)
         time.sleep(2.5)
         t1 = time.time()
     finally:
@@ -156,4 +159,6 @@ def test_huge_numbers_are_clamped_and_publishing_goes_on(rig):
     assert pe["rx"] == 0 and not pe["stale"]
     assert window and not any(e["stale"] or e["faults"] for e in window), window
     assert len(rig.events(t0, "peers")) >= 2
+    log = rig.node_log.read_text(errors="replace")
+    assert log.count("tailscaled sent RxBytes = inf") == 1 and log.count("tailscaled sent TxBytes") == 1, log[-3000:]
     assert rig.node.poll() is None, rig.tail()

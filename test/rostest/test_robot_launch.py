@@ -22,15 +22,19 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "unit"))
 from tsfake import FakeTailscaled, write_robot_config  # noqa: E402
 
+from overlay_manager.ros_names import overlay_node, ros_namespace  # noqa: E402
+
 pytestmark = pytest.mark.skipif(shutil.which("roslaunch") is None, reason="ROS not installed (scripts/setup)")
 HAVE_AGGREGATOR = os.path.exists("/usr/lib/diagnostic_aggregator/aggregator_node") or bool(
     shutil.which("rospack") and subprocess.run(["rospack", "find", "diagnostic_aggregator"], capture_output=True,
                                                check=False).returncode == 0)
-NODE = "/robota/overlay_manager"
+HOST = "alpha-robota"  # a DNS host name; not a legal ROS name: the node runs under its ROS namespace
+NS = ros_namespace(HOST)  # alpha_robota, what overlay_env exports as OVERLAY_MANAGER_NS
+NODE = overlay_node(HOST)
 RESPAWN_DELAY_S = 15
-MACHINE = "/Overlay/Machines/robota overlay_manager: overlay"
-LINK_B = "/Overlay/Links/robota overlay_manager: peer robotb"
-LINK_GHOST = "/Overlay/Links/robota overlay_manager: peer ghost"
+MACHINE = f"/Overlay/Machines/{NS} overlay_manager: overlay"
+LINK_B = f"/Overlay/Links/{NS} overlay_manager: peer robotb"
+LINK_GHOST = f"/Overlay/Links/{NS} overlay_manager: peer ghost"
 STALE = 3  # diagnostic_msgs/DiagnosticStatus.STALE
 
 
@@ -43,7 +47,9 @@ class Launch:
         self.procs = []
         self.port = free_port()
         self.env = ros_env(self.port, tmp / "roshome", tmp / "roslog",
-                           drop=("OVERLAY_MANAGER_HOST", "OVERLAY_MANAGER_CONFIG"))
+                           drop=("OVERLAY_MANAGER_HOST", "OVERLAY_MANAGER_NS", "OVERLAY_MANAGER_CONFIG"))
+        # as after `eval "$(overlay_env)"` on host alpha-robota: robot.launch's ns comes from here
+        self.env.update(OVERLAY_MANAGER_HOST=HOST, OVERLAY_MANAGER_NS=NS)
         self.hosts = tmp / "hosts"
         self.hosts.write_text("127.0.0.1 localhost\n")
         self.config = write_robot_config(
@@ -53,7 +59,7 @@ class Launch:
         self.record = tmp / "agg.jsonl"
         self.log = tmp / "robot.launch.log"
         self.robot = self._start(["roslaunch", "-p", str(self.port), "overlay_manager", "robot.launch",
-                                  f"config:={self.config}", "ns:=robota", f"respawn_delay:={RESPAWN_DELAY_S}",
+                                  f"config:={self.config}", f"respawn_delay:={RESPAWN_DELAY_S}",
                                   *robot_args], self.log)
         wait(f"{NODE} registered with the master on port {self.port}", self.node_uri, 60, self.tail)
         if monitor:
@@ -178,8 +184,8 @@ def test_monitor_launch_adds_analyzers_to_a_running_aggregator(tmp_path):
         run(["rosrun", "diagnostic_aggregator", "aggregator_node", "__name:=diagnostic_aggregator"], "aggregator")
         run([sys.executable, os.path.join(HERE, "record_diag_agg.py"), str(record)], "recorder")
         run(["rostopic", "pub", "-r", "2", "/diagnostics", "diagnostic_msgs/DiagnosticArray",
-             "{status: [{level: 0, name: 'robota/overlay_manager: peer robotb', message: direct}, "
-             "{level: 0, name: 'robota/overlay_manager: overlay', message: enrolled}]}"], "publisher")
+             f"{{status: [{{level: 0, name: '{NS}/overlay_manager: peer robotb', message: direct}}, "
+             f"{{level: 0, name: '{NS}/overlay_manager: overlay', message: enrolled}}]}}"], "publisher")
         run(["roslaunch", "--wait", "overlay_manager", "monitor.launch", "aggregator:=false", "gui:=false"],
             "monitor.launch")
 

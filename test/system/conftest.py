@@ -89,8 +89,8 @@ def two_buildings_lab(lab_factory: Callable[..., Lab]) -> Lab:
 def two_buildings_robots(two_buildings_lab: Lab) -> Iterator[Lab]:
     """robot.launch on robot1 (master) and laptop of two_buildings_lab; stopped by pid at the end."""
     lab = two_buildings_lab
-    with robots.processes(lab, ("robot1", "laptop")) as procs:
-        robots.start_master_then(lab, "robot1", ["laptop"], procs)
+    with robots.processes(lab, ("alpha-robot1", "alpha-laptop")) as procs:
+        robots.start_master_then(lab, "alpha-robot1", ["alpha-laptop"], procs)
         yield lab
 
 

@@ -1,4 +1,7 @@
-"""Two small ROS nodes for gap measurements (run inside a lab host's namespace).
+#!/usr/bin/python3
+"""Two small ROS nodes for gap measurements (run inside a lab host's namespace, by hand or from a
+launch file as ``pkg="overlay_manager" type="gap_nodes.py"``; roslaunch's own arguments such as
+``__name:=`` are dropped).
 
     python3 gap_nodes.py pub TOPIC RATE_HZ        publish std_msgs/Header with seq 1, 2, ... at RATE_HZ
     python3 gap_nodes.py sub TOPIC OUT_FILE       append "<monotonic s> <seq>" per message to OUT_FILE
@@ -16,6 +19,7 @@ def main(argv: list) -> int:
     """Run the publisher or the subscriber named by argv[0] (see module doc)."""
     import rospy
     from std_msgs.msg import Header
+    argv = rospy.myargv(["gap_nodes"] + list(argv))[1:]
     mode, topic = argv[0], argv[1]
     rospy.init_node(f"gap_{mode}", anonymous=True)
     if mode == "pub":

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from overlay_manager.lab import Lab, robots
+from overlay_manager.ros_names import overlay_node
 from overlay_manager.stats import percentile
 
 Event = Dict[str, Any]
@@ -26,8 +27,8 @@ Step = Tuple[str, Callable[[], None]]
 
 
 def node(host: str) -> str:
-    """The overlay node of a host (robot.launch runs it as /<host>/overlay_manager)."""
-    return f"/{host}/overlay_manager"
+    """The overlay node's name on ``host`` (robot.launch's namespace: ros_names.overlay_node)."""
+    return overlay_node(host)
 
 
 def peer_path(host: str, peer: str, path: str) -> Callable[[Event], bool]:

@@ -2,9 +2,14 @@
 
 One campus (config/lab/system_campus.yaml) is shared by the whole module to keep CI time low::
 
-    b1 eim-adpf   robot1 (ROS master, camera 640x480 rgb8 30 Hz, Twist echo), robot2
-    b2 eim-eif    laptop (operator: subscribes, sends Twist, records)
-    sym1 adpm     robot3          sym2 adpm   robot4          guest udp-blocked   robot5
+    b1 eim-adpf   alpha-robot1 (ROS master, camera 640x480 rgb8 30 Hz, Twist echo),
+                  alpha-robot2 (robot.launch camera_topics:=..., the C++ link-aware encoder)
+    b2 eim-eif    alpha-laptop (operator: subscribes, sends Twist, records)
+    sym1 adpm     alpha-robot3    sym2 adpm   4th-robot       guest udp-blocked   guest-robot5
+
+Host names are DNS names as real fleets use them (hyphens, a leading digit), which are not legal
+ROS names: every node runs under ros_names.ros_namespace of its host (/alpha_robot1/...,
+/h_4th_robot/...).
 
 Every ROS client (camera, echo, probes) runs inside a lab host with the ROS env printed by
 overlay_env, as a user would. Tests, in order (later ones change the network and restore it):
@@ -19,7 +24,9 @@ overlay_env, as a user would. Tests, in order (later ones change the network and
    direct again after unblocking, both changes on ~path_changes;
 6. control plane down: headscale stopped: topics flow, ~status control_reachable false, /diagnostics
    WARN (never ERROR); started again: the warning clears;
-7. negative control: ROS with LAN addresses cannot reach b1's master from b2 (but can from b1).
+7. negative control: ROS with LAN addresses cannot reach b1's master from b2 (but can from b1);
+8. roscpp on hyphenated hosts: the C++ encoder under robot.launch on alpha-robot2 stays up (same
+   pid, no respawn) and serves the laptop; `rosbag record` of a node's ~peers writes a bag.
 
 Measured numbers are printed (run pytest with -s to see them) and collected in MEASURED.
 """
@@ -29,19 +36,22 @@ import json
 import threading
 import time
 from pathlib import Path
-from typing import Any, Dict, Optional
+from typing import Any, Dict, List, Optional
 
 import pytest
 from path_failover import frame_rate_hz, is_frame, longest_gap_s, node, run_failover
 
 from overlay_manager.lab import robots, system
+from overlay_manager.ros_names import overlay_node, ros_namespace
 from overlay_manager.waiting import wait_for
 
 REPO = Path(__file__).resolve().parents[2]
 SPEC = REPO / "config" / "lab" / "system_campus.yaml"
-MASTER, LAPTOP = "robot1", "laptop"
-OTHERS = ["robot2", "laptop", "robot3", "robot4", "robot5"]
+MASTER, ROBOT2, LAPTOP = "alpha-robot1", "alpha-robot2", "alpha-laptop"
+ROBOT3, ROBOT4, ROBOT5 = "alpha-robot3", "4th-robot", "guest-robot5"
+OTHERS = [ROBOT2, LAPTOP, ROBOT3, ROBOT4, ROBOT5]
 CAMERA = "/camera/image_raw"
+ROBOT2_CAMERA = f"/{ros_namespace(ROBOT2)}/camera/image_raw"  # served link-aware by ROBOT2's robot.launch
 
 FAILOVER_BOUND_S = 15.0      # direct -> derp after UDP is blocked (measured: see MEASURED / -s output)
 RECOVER_DIRECT_BOUND_S = 30.0
@@ -54,15 +64,17 @@ MEASURED: Dict[str, Any] = {}
 
 @pytest.fixture(scope="module")
 def campus(lab_factory):
-    """The campus up, robot.launch on every host (robot1 is the master), every node listing its
-    peers; the camera and the Twist echo on robot1. All stopped by pid at the end."""
+    """The campus up, robot.launch on every host (MASTER is the master; ROBOT2's also starts the
+    C++ link-aware encoder for ROBOT2_CAMERA), every node listing its peers; the camera and the
+    Twist echo on MASTER. All stopped by pid at the end."""
     lab = lab_factory(SPEC)
     t0 = time.monotonic()
     try:
         with robots.processes(lab, lab.hosts, log_lines=30) as procs:
             robots.start_master_then(lab, MASTER, [], procs)
             for h in OTHERS:
-                procs.append(robots.start_robot(lab, h, master=False))
+                args = [f"camera_topics:={ROBOT2_CAMERA}"] if h == ROBOT2 else []
+                procs.append(robots.start_robot(lab, h, master=False, launch_args=args))
             want = {node(h): {o: "*" for o in lab.expected_peers(h)} for h in lab.hosts}
             robots.run_probe(lab, MASTER, ["nodes", json.dumps({"peers": want}), "--timeout", "120"], timeout=120)
             MEASURED["enrol_all_s"] = round(time.monotonic() - t0, 1)
@@ -94,20 +106,20 @@ def test_enrolment_every_node_lists_its_visible_peers(campus):
             assert p["dns_name"] == f"{o}.fleet.internal", p
             assert p["addresses"] and p["addresses"][0] == ips[o], p
             assert p["online"], p
-    assert lab.expected_peers(LAPTOP) == {"robot1", "robot2", "robot3", "robot4", "robot5"}
+    assert lab.expected_peers(LAPTOP) == {MASTER, ROBOT2, ROBOT3, ROBOT4, ROBOT5}
 
 
 # --- 2. path matrix ---------------------------------------------------------------------------
 
 PAIRS = [
     # (from, to, expected path, why: RFC 4787 reasoning as in eduP2P's README / docs/lab.md)
-    ("robot1", "laptop", "direct", "both NATs endpoint-independent mapping (eim-adpf vs eim-eif)"),
-    ("laptop", "robot3", "direct", "EIM+EIF vs ADPM: the full-cone side lets the first packet in"),
-    ("robot1", "robot3", "derp", "EIM+ADPF vs ADPM: the ADPM port is unpredictable, ADPF drops it"),
-    ("robot3", "robot4", "derp", "ADPM on both sides: neither port is predictable"),
-    ("robot5", "robot1", "derp", "udp-blocked: no UDP path at all"),
-    ("laptop", "robot5", "derp", "udp-blocked with a full cone: still no UDP path"),
-    ("robot1", "robot2", "direct", "two hosts in one building: over the LAN"),
+    (MASTER, LAPTOP, "direct", "both NATs endpoint-independent mapping (eim-adpf vs eim-eif)"),
+    (LAPTOP, ROBOT3, "direct", "EIM+EIF vs ADPM: the full-cone side lets the first packet in"),
+    (MASTER, ROBOT3, "derp", "EIM+ADPF vs ADPM: the ADPM port is unpredictable, ADPF drops it"),
+    (ROBOT3, ROBOT4, "derp", "ADPM on both sides: neither port is predictable"),
+    (ROBOT5, MASTER, "derp", "udp-blocked: no UDP path at all"),
+    (LAPTOP, ROBOT5, "derp", "udp-blocked with a full cone: still no UDP path"),
+    (MASTER, ROBOT2, "direct", "two hosts in one building: over the LAN"),
 ]
 
 
@@ -141,7 +153,7 @@ def path_matrix(campus):
         peer = next((p for p in res["peers"][node(a)]["peers"] if p["name"] == b), None)
         out[(a, b)] = {"expected": e, "why": why, "cli": proved.get((a, b)), "ping_peer": ping, "peer": peer}
         cli_res = proved.get((a, b))
-        print(f"  {a:>7} -> {b:<7} expected {e:<6} tailscale ping: {cli_res.path if cli_res else '?':<6} "
+        print(f"  {a:>12} -> {b:<12} expected {e:<6} tailscale ping: {cli_res.path if cli_res else '?':<6} "
               f"node ping_peer: {ping['path']:<6} node ~peers: {peer['path'] if peer else '?':<6} ({why})")
     MEASURED["path_matrix"] = {f"{a}->{b}": v["peer"]["path"] if v["peer"] else None for (a, b), v in out.items()}
     return out
@@ -188,12 +200,12 @@ def test_camera_direct_at_least_29_hz(campus):
 
 def test_camera_relayed_still_flows_and_node_reports_derp(campus):
     lab = campus
-    topic = "/robot5/camera/image_raw"
-    cam = robots.start_camera(lab, "robot5", topic=topic)
+    topic = f"/{ros_namespace(ROBOT5)}/camera/image_raw"
+    cam = robots.start_camera(lab, ROBOT5, topic=topic)
     try:
         rate = robots.run_probe(lab, LAPTOP, ["rate", topic, "sensor_msgs/Image", "--seconds", "5",
                                               "--timeout", "60"], timeout=90)
-        res = robots.run_probe(lab, LAPTOP, ["nodes", json.dumps({"peers": {node(LAPTOP): {"robot5": "derp"}}}),
+        res = robots.run_probe(lab, LAPTOP, ["nodes", json.dumps({"peers": {node(LAPTOP): {ROBOT5: "derp"}}}),
                                              "--timeout", "20"], timeout=30)
     finally:
         robots.stop(lab, cam)
@@ -324,7 +336,7 @@ def test_negative_control_lan_ros_env_cannot_reach_other_building(campus):
                         env=robots.ros_env(lab, host), timeout=30, check=False, quiet=True)
 
     lan = f"export ROS_MASTER_URI={uri} ROS_HOSTNAME={{}} && unset ROS_IP"
-    same = rostopic_list("robot2", lan.format(lab.address("robot2")))
+    same = rostopic_list(ROBOT2, lan.format(lab.address(ROBOT2)))
     assert same.returncode == 0 and CAMERA in same.stdout, f"same building must work: {same.stderr[-500:]}"
     other = rostopic_list(LAPTOP, lan.format(lab.address(LAPTOP)))
     assert other.returncode != 0, f"building 2 reached building 1's master without the overlay: {other.stdout}"
@@ -335,3 +347,55 @@ def test_negative_control_lan_ros_env_cannot_reach_other_building(campus):
     print(f"negative control: laptop -> {uri} without the overlay: exit {other.returncode} "
           f"({(other.stderr.strip().splitlines() or ['timeout'])[-1][:120]}); robot2 (same LAN) and laptop via "
           "the overlay list the topics")
+
+
+# --- 8. roscpp clients on hyphenated hosts ------------------------------------------------------
+
+def _encoder_died(lab) -> List[str]:
+    """Lines of ROBOT2's robot.launch log where roslaunch saw the encoder die (respawns)."""
+    log = Path(lab.host_dir(ROBOT2)) / "robot.launch.log"
+    return [ln for ln in log.read_text(errors="replace").splitlines()
+            if "link_aware_camera" in ln and ("has died" in ln or "is invalid" in ln)]
+
+
+def test_cpp_encoder_on_a_hyphenated_host_stays_up_and_serves_the_laptop(campus):
+    lab = campus
+    ns = ros_namespace(ROBOT2)
+    assert ns != ROBOT2 and "-" in ROBOT2  # the host name itself is not a legal ROS name
+    encoder = f"/{ns}/link_aware_camera"
+    pid_before = robots.run_probe(lab, ROBOT2, ["pid", encoder, "--timeout", "30"], timeout=30)["pid"]
+    t0 = time.monotonic()
+    cam = robots.start_camera(lab, ROBOT2, topic=ROBOT2_CAMERA, rate_hz=10.0)
+    try:
+        rate = robots.run_probe(lab, LAPTOP, ["rate", f"{ROBOT2_CAMERA}/compressed", "sensor_msgs/CompressedImage",
+                                              "--seconds", "4", "--timeout", "60"], timeout=90)
+    finally:
+        robots.stop(lab, cam)
+    pid_after = robots.run_probe(lab, ROBOT2, ["pid", encoder, "--timeout", "30"], timeout=30)["pid"]
+    held_s = time.monotonic() - t0
+    MEASURED["encoder_hyphenated_host"] = {"pid_unchanged_for_s": round(held_s, 1), "rate_hz": rate["rate_hz"],
+                                           "count": rate["count"]}
+    print(f"C++ encoder {encoder} on {ROBOT2}: {json.dumps(MEASURED['encoder_hyphenated_host'])}")
+    assert pid_after == pid_before, f"{encoder} was restarted ({pid_before} -> {pid_after}): {_encoder_died(lab)}"
+    assert held_s >= 5.0  # longer than robot.launch's respawn delay for the encoder (5 s)
+    assert not _encoder_died(lab), _encoder_died(lab)
+    assert rate["count"] > 0, rate
+
+
+def test_rosbag_record_of_peers_on_a_hyphenated_host_writes_a_bag(campus):
+    import rosbag  # python3-rosbag: the `rosbag record` CLI runs its C++ recorder (roscpp)
+
+    lab = campus
+    bag = Path(lab.host_dir(ROBOT2)) / "peers.bag"
+    topics = [f"{overlay_node(ROBOT2)}/peers", f"{overlay_node(ROBOT4)}/peers"]  # hyphen, leading digit
+    line = (f"{robots.overlay_env_line(lab, ROBOT2)} && exec rosbag record --duration=8 -O {bag} "
+            + " ".join(topics))
+    res = lab.exec(ROBOT2, ["bash", "-c", line], env=robots.ros_env(lab, ROBOT2), timeout=60, check=False,
+                   quiet=True)
+    assert res.returncode == 0 and bag.exists(), f"rosbag record exited {res.returncode}: {res.stderr[-1500:]}"
+    with rosbag.Bag(str(bag)) as b:
+        counts = {t: b.get_message_count(t) for t in topics}
+        first = next(b.read_messages(topics=[topics[0]])).message
+    print(f"rosbag record on {ROBOT2}: {counts}")
+    assert all(n >= 2 for n in counts.values()), counts
+    assert first.self_peer.name == ROBOT2  # the original host name where a peer is shown

@@ -30,12 +30,13 @@ import pytest
 
 from overlay_manager.dashboard import format as fmt
 from overlay_manager.lab import robots
+from overlay_manager.ros_names import overlay_node
 
 REPO = Path(__file__).resolve().parents[2]
 TWO_BUILDINGS = REPO / "config" / "lab" / "two_buildings.yaml"
 ARTIFACT = REPO / "artifacts" / "dashboard_live.png"
-ROBOT, LAPTOP = "robot1", "laptop"
-N_LAPTOP = f"/{LAPTOP}/overlay_manager"
+ROBOT, LAPTOP = "alpha-robot1", "alpha-laptop"
+N_LAPTOP = overlay_node(LAPTOP)
 CAMERA = "/camera/image_raw"
 CAMERA_HZ = 2.0  # 640x480 rgb8: about 15 Mbit/s, little enough for the DERP part of the test
 
@@ -220,11 +221,11 @@ def test_standalone_dashboard_shows_live_lab(live_lab: Any, xvfb_display: str, t
         assert row["path_colour"] == fmt.path_colour("direct") and row["row_tint"] == fmt.path_tint("direct"), row
         assert row["where"].startswith(lab.address("b1") + ":"), row  # b1's NAT, as seen from b2
         assert [r["name"] for r in direct["rows"]] == [ROBOT], direct["rows"]
-        status = dash.wait("laptop's status panel", lambda s: "laptop.fleet.internal" in s["fields"]["self"]
+        status = dash.wait("laptop's status panel", lambda s: f"{LAPTOP}.fleet.internal" in s["fields"]["self"]
                            and s["fields"]["nat"] not in ("", "-"), timeout=30)["fields"]
         assert "enrolled" in status["state"] and "reachable" in status["control"], status
-        assert "ROS_MASTER_URI=http://robot1.fleet.internal:11311" in status["ros"], status
-        assert "ROS_HOSTNAME=laptop.fleet.internal" in status["ros"], status
+        assert f"ROS_MASTER_URI=http://{ROBOT}.fleet.internal:11311" in status["ros"], status
+        assert f"ROS_HOSTNAME={LAPTOP}.fleet.internal" in status["ros"], status
         assert direct["headline"].startswith("1 peer"), direct["headline"]
 
         # 1b. the Topics view: the camera crosses robot1 -> laptop on the direct path, with a rate

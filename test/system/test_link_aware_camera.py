@@ -25,9 +25,10 @@ import pytest
 
 from overlay_manager.lab import camera_streams, robots
 from overlay_manager.lab.spec import Impairment
+from overlay_manager.ros_names import overlay_node
 
-ROBOT, LAPTOP, B1 = "robot1", "laptop", "b1"
-N_ROBOT, N_LAPTOP = f"/{ROBOT}/overlay_manager", f"/{LAPTOP}/overlay_manager"
+ROBOT, LAPTOP, B1 = "alpha-robot1", "alpha-laptop", "b1"
+N_ROBOT, N_LAPTOP = overlay_node(ROBOT), overlay_node(LAPTOP)
 RAW = "/camera/image_raw"
 OUT = RAW + "/compressed"
 UPLINK_MBIT = 30.0

@@ -14,9 +14,10 @@ import time
 from pathlib import Path
 
 from overlay_manager.lab import robots
+from overlay_manager.ros_names import overlay_node
 
-ROBOT, LAPTOP = "robot1", "laptop"
-N_ROBOT, N_LAPTOP = f"/{ROBOT}/overlay_manager", f"/{LAPTOP}/overlay_manager"
+ROBOT, LAPTOP = "alpha-robot1", "alpha-laptop"
+N_ROBOT, N_LAPTOP = overlay_node(ROBOT), overlay_node(LAPTOP)
 
 
 def test_each_node_lists_the_other_with_overlay_name(two_buildings_robots):
@@ -62,8 +63,8 @@ def test_services_answer(two_buildings_robots):
                          online_only=True, tag="", path="")
     assert [p["name"] for p in listed["peers"]] == [ROBOT]
     env = robots.call(lab, LAPTOP, f"{N_LAPTOP}/get_ros_env", "overlay_manager/GetRosEnv")
-    assert env["ok"] and env["ros_hostname"] == "laptop.fleet.internal"
-    assert env["ros_master_uri"] == "http://robot1.fleet.internal:11311"
+    assert env["ok"] and env["ros_hostname"] == f"{LAPTOP}.fleet.internal"
+    assert env["ros_master_uri"] == f"http://{ROBOT}.fleet.internal:11311"
     wait = robots.call(lab, LAPTOP, f"{N_LAPTOP}/wait_for_peer", "overlay_manager/WaitForPeer",
                        name=ROBOT, timeout=20.0, require_direct=True)
     assert wait["ok"], wait["message"]
@@ -80,14 +81,14 @@ def test_services_answer(two_buildings_robots):
     # NAT summary from a real netcheck against the lab's STUN: building b2 is an EIM NAT with UDP
     st = robots.status(lab, LAPTOP, node=N_LAPTOP, timeout=60, where="m['nat']['known']")
     assert st["nat"]["udp"] and not st["nat"]["hard_nat"], st["nat"]
-    assert st["enrolled"] and st["control_reachable"] and st["ros_hostname"] == "laptop.fleet.internal"
+    assert st["enrolled"] and st["control_reachable"] and st["ros_hostname"] == f"{LAPTOP}.fleet.internal"
 
 
 def test_hosts_block_keeps_other_lines(two_buildings_robots):
     lab = two_buildings_robots
     text = lab.exec(LAPTOP, ["cat", "/etc/hosts"], quiet=True).stdout
     assert "# BEGIN overlay_manager" in text
-    assert f"{lab.overlay_ip(ROBOT)} robot1.fleet.internal robot1" in text
+    assert f"{lab.overlay_ip(ROBOT)} {ROBOT}.fleet.internal {ROBOT}" in text
     before_block = text.split("# BEGIN overlay_manager")[0]
     assert "localhost" in before_block  # what the lab put there first is still there
 
@@ -112,7 +113,7 @@ def test_restart_does_not_re_enrol_and_secrets_stay_out_of_logs(two_buildings_ro
     proc = robots.start_robot(lab, LAPTOP, master=False)  # a second start of the same machine's node
     try:
         msg = robots.peers(lab, LAPTOP, min_peers=1, node=N_LAPTOP, timeout=90)
-        assert msg["self_peer"]["dns_name"] == "laptop.fleet.internal"
+        assert msg["self_peer"]["dns_name"] == f"{LAPTOP}.fleet.internal"
     finally:
         robots.stop(lab, proc)
     after = lab.tailscale_status(LAPTOP)["Self"]

@@ -24,9 +24,10 @@ import pytest
 
 from overlay_manager import waiting
 from overlay_manager.lab import robots
+from overlay_manager.ros_names import overlay_node
 
-ROBOT, LAPTOP = "robot1", "laptop"
-NODE = f"/{LAPTOP}/overlay_manager"
+ROBOT, LAPTOP = "alpha-robot1", "alpha-laptop"
+NODE = overlay_node(LAPTOP)
 LIMIT_S = 2.0
 PUBLISH_RATE = 1.0   # robot.launch's default
 MAX_GAP_S = 1.0 / (0.8 * PUBLISH_RATE)

@@ -106,6 +106,8 @@ def test_relay_on_link_becomes_peer_relay_several_times_derp(campus):
     MEASURED["relay_on_to_peer_relay_s"] = round(time.monotonic() - t0, 1)
     relay_ip = lab.address(RELAY)
     assert peer["peer_relay"] == f"{relay_ip}:{RELAY_PORT}", peer
+    # endpoint is the relay's ip:port as documented (tailscale's ":vni:N" goes to relay_vni)
+    assert peer["endpoint"] == f"{relay_ip}:{RELAY_PORT}" and peer["relay_vni"] > 0, peer
     assert peer["relay_host"] == RELAY, peer
     cli = lab.ping(MASTER, SUB, count=5, until_direct=False)
     assert cli.path == "peer-relay" and cli.via.startswith(f"{relay_ip}:{RELAY_PORT}"), cli.output

@@ -35,8 +35,9 @@ from typing import List, Tuple
 from overlay_manager import waiting
 from overlay_manager.hosts import LOOPBACK
 from overlay_manager.lab import robots
+from overlay_manager.ros_names import overlay_node
 
-ROBOT, LAPTOP = "robot1", "laptop"
+ROBOT, LAPTOP = "alpha-robot1", "alpha-laptop"
 TOPIC = "/split_horizon"
 BASE_TOPIC = "/split_horizon_baseline"
 RATE_HZ = 50.0
@@ -90,7 +91,7 @@ def test_own_names_resolve_to_loopback_others_to_overlay(two_buildings_robots):
     assert _getent(lab, ROBOT, f"{LAPTOP}.fleet.internal") == [lab.overlay_ip(LAPTOP)]
     assert _getent(lab, LAPTOP, f"{ROBOT}.fleet.internal") == [lab.overlay_ip(ROBOT)]
     assert _getent(lab, LAPTOP, f"{LAPTOP}.fleet.internal") == [LOOPBACK]
-    pre = robots.call(lab, ROBOT, f"/{ROBOT}/overlay_manager/preflight", "overlay_manager/Preflight")
+    pre = robots.call(lab, ROBOT, f"{overlay_node(ROBOT)}/preflight", "overlay_manager/Preflight")
     own = next(c for c in pre["checks"] if c["name"] == "ros_hostname_resolves")
     assert own["ok"], own
 

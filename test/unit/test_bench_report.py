@@ -7,7 +7,7 @@ import pytest
 from overlay_manager.lab import bench_camera, bench_fleet, camera_streams
 from overlay_manager.lab.bench import imp_label, impairments
 from overlay_manager.lab.bench_report import replot, write_report
-from overlay_manager.lab.demo import PathSeen
+from overlay_manager.lab.demo import ROBOT, PathSeen
 
 CAMERA_RUN = {
     "meta": {"date": "2026-11-22 19:24", "seconds_per_stream": 8.0, "uplink_mbit": 30.0,
@@ -112,14 +112,14 @@ def test_sweep_steps_and_labels():
 def test_demo_path_seen_waits_for_the_path_then_the_hold():
     since = time.monotonic() - 5.0
     seen = PathSeen("derp", since, hold_s=3.0)
-    assert not seen({"robot1": ("direct", 1.0, "10.0.0.1:41641")}) and seen.after_s is None
+    assert not seen({ROBOT: ("direct", 1.0, "10.0.0.1:41641")}) and seen.after_s is None
     assert seen.seen_at() - since == pytest.approx(1e9)
     assert not seen({})
-    assert not seen({"robot1": ("derp", None, "lab")})  # first seen now, held for 0 s of 3
+    assert not seen({ROBOT: ("derp", None, "lab")})  # first seen now, held for 0 s of 3
     assert seen.after_s == pytest.approx(5.0, abs=1.0)
     assert seen.seen_at() == pytest.approx(since + seen.after_s)
     seen.since -= 10.0  # as if 10 s had passed
-    assert seen({"robot1": ("direct", 1.0, "")})  # held long enough, whatever the path now
+    assert seen({ROBOT: ("direct", 1.0, "")})  # held long enough, whatever the path now
 
 
 def test_demo_stream_cells():

@@ -24,8 +24,8 @@ def _base():
 
 def test_example_loads_with_every_key():
     cfg = load_robot_config(EXAMPLE)
-    assert cfg.fqdn == "robot1.fleet.internal"
-    assert cfg.master_fqdn == "robot1.fleet.internal"
+    assert cfg.fqdn == "alpha-robot1.fleet.internal"
+    assert cfg.master_fqdn == "alpha-robot1.fleet.internal"
     assert cfg.auth_key_file == os.path.normpath(os.path.join(os.path.dirname(EXAMPLE), "auth.key"))
     assert cfg.tags == ("tag:team-alpha", "tag:robot")
     assert cfg.node.poll_rate == 4.0 and cfg.tailscale.up_timeout == 30.0
@@ -35,6 +35,7 @@ def test_example_loads_with_every_key():
     (lambda d: d.pop("hostname"), "hostname", "missing"),
     (lambda d: d.update(colour="red"), "colour", "unknown key"),
     (lambda d: d.update(hostname="Robot_1"), "hostname", "DNS label"),
+    (lambda d: d.update(hostname="Alpha-Robot1"), "hostname", "lower case: 'alpha-robot1'"),
     (lambda d: d.update(master_port="11311"), "master_port", "integer"),
     (lambda d: d.update(login_server="hs.example"), "login_server", "URL"),
     (lambda d: d.update(tags=["robot"]), "tags[0]", "ACL tag"),

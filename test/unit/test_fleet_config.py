@@ -95,6 +95,21 @@ def test_bad_dns_label(bad: str) -> None:
     assert e.host == bad and "DNS label" in str(e)
 
 
+def test_upper_case_host_gets_its_lower_case_form() -> None:
+    d = fleet()
+    d["teams"]["alpha"]["robots"].append("Alpha-Robot9")
+    e = error(d)
+    assert e.key.startswith("teams.alpha.robots[") and "'alpha-robot9'" in str(e) and "\n" not in str(e)
+
+
+@pytest.mark.parametrize("good", ["alpha-robot9", "4th-robot", "3d-scanner", "x"])
+def test_dns_labels_with_hyphens_and_leading_digits(good: str) -> None:
+    d = fleet()
+    d["teams"]["alpha"]["robots"].append(good)
+    f = load_fleet_dict(d)
+    assert good in {h.name for t in f.teams.values() for h in t.hosts}
+
+
 def test_bad_team_name() -> None:
     d = fleet()
     d["teams"]["Team_A"] = {"robots": ["x1"]}

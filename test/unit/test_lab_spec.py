@@ -105,6 +105,21 @@ class SpecTest(unittest.TestCase):
         self.assertSpecError(minimal(teams={"bravo": {}}), "teams.bravo", "no host has team")
         self.assertSpecError(minimal(teams={"lab": {"master": "nobody"}}), "teams.lab.master", "not a host")
 
+    def test_dns_names_with_hyphens_and_leading_digits(self) -> None:
+        spec = parse_spec({"buildings": {"b-1": {"nat": "eim", "hosts": ["alpha-robot1", "4th-robot"]},
+                                         "2nd": {"nat": "eim", "hosts": ["base-station1"]}}})
+        self.assertEqual([h.name for h in spec.hosts], ["alpha-robot1", "4th-robot", "base-station1"])
+
+    def test_illegal_host_names_are_refused_naming_the_key(self) -> None:
+        for bad in ("-robot", "robot-", "robot_1", "r.1", "a" * 25, ""):
+            with self.subTest(bad=bad):
+                self.assertSpecError({"buildings": {"b1": {"nat": "eim", "hosts": [bad]}}},
+                                     "buildings.b1.hosts[0]", "not a name")
+        with self.assertRaises(SpecError) as cm:
+            parse_spec({"buildings": {"b1": {"nat": "eim", "hosts": ["Alpha-Robot1"]}}}, source="spec.yaml")
+        self.assertIn("lower case: 'alpha-robot1'", str(cm.exception))
+        self.assertNotIn("\n", str(cm.exception))
+
     def test_file_errors(self) -> None:
         with tempfile.TemporaryDirectory() as d:
             bad = Path(d) / "bad.yaml"

@@ -118,3 +118,28 @@ def test_measure_link_unknown_peer_is_clean_failure(fake_tailscaled, tmp_path):
         r = m.measure_link("robotb", 1, 1)  # 100.64.0.2 is not reachable here
         assert not r.ok and r.message
     m.close()
+
+
+def test_rosbridge_entry_from_real_listening_sockets(fake_tailscaled, tmp_path):
+    """node.rosbridge_port: the monitor reads this namespace's listening sockets; a loopback-only
+    listener is OK without asking nftables; 0 = no entry."""
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        m = _monitor(fake_tailscaled, tmp_path, rosbridge_port=port)
+        m.poll()
+        assert not [d for d in m.diagnostics() if d.name == "rosbridge"]  # not read yet: no entry
+        r = m.refresh_rosbridge()
+        assert [x.address for x in r.listeners] == ["127.0.0.1"] and r.restriction is None
+        (d,) = (d for d in m.diagnostics() if d.name == "rosbridge")
+        assert d.level == OK and "loopback/overlay addresses only" in d.message
+    r = m.refresh_rosbridge()  # closed: nothing listens any more
+    (d,) = (d for d in m.diagnostics() if d.name == "rosbridge")
+    assert r.listeners == () and d.level == WARN and "nothing listens" in d.message
+    m.close()
+    off = _monitor(fake_tailscaled, tmp_path)
+    off.poll()
+    assert not [d for d in off.diagnostics() if d.name == "rosbridge"]
+    off.close()

@@ -64,7 +64,7 @@ def test_daemon_gone_marks_peers_offline_and_recovers(fake_tailscaled, tmp_path)
     fake_tailscaled.stop()
     changes = m.poll()
     assert [(e.old_path, e.new_path) for e in changes] == [(PATH_DIRECT, PATH_OFFLINE)]
-    assert m.reading.daemon_gone and "is tailscaled running" in m.freshness().error
+    assert m.reading.daemon_gone and "start tailscaled" in m.freshness().error
     fake_tailscaled.start()
     m.poll()
     assert not m.freshness().stale and m.find("robotb").path == PATH_DIRECT

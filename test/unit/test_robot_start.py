@@ -24,9 +24,10 @@ SECRET = "hskey-auth-REAUTH-SECRET-0123456789"
 def test_environment_file_is_key_value_only():
     text = compute_env(load_robot_config(EXAMPLE)).environment_file()
     lines = [ln for ln in text.splitlines() if ln and not ln.startswith("#")]
-    assert lines == ["ROS_HOSTNAME=robot1.fleet.internal",
-                     "ROS_MASTER_URI=http://robot1.fleet.internal:11311",
-                     "OVERLAY_MANAGER_HOST=robot1", "OVERLAY_MANAGER_NS=robot1"]
+    assert lines == ["ROS_HOSTNAME=alpha-robot1.fleet.internal",
+                     "ROS_MASTER_URI=http://alpha-robot1.fleet.internal:11311",
+                     "OVERLAY_MANAGER_HOST=alpha-robot1", "OVERLAY_MANAGER_NS=alpha_robot1",
+                     "OVERLAY_MANAGER_MASTER_LOCAL=true"]
     assert "export" not in text and "unset" not in text
 
 
@@ -42,7 +43,7 @@ def test_env_file_written_and_untouched_on_failure(tmp_path, capsys):
     assert main(["--config", EXAMPLE, "--env-file", str(target)]) == 0
     assert capsys.readouterr().out == "", "--env-file prints no shell lines"
     good = target.read_text()
-    assert "ROS_MASTER_URI=http://robot1.fleet.internal:11311\n" in good
+    assert "ROS_MASTER_URI=http://alpha-robot1.fleet.internal:11311\n" in good
     assert stat.S_IMODE(target.stat().st_mode) == 0o644
     bad = tmp_path / "bad.yaml"
     bad.write_text("hostname: Robot_1\n")
@@ -72,7 +73,7 @@ def test_shell_form_stops_when_overlay_env_fails(tmp_path):
     out = _shell(trap, missing)
     assert out.stdout.strip() == "started with http://old:11311", "the trap the docs warn about"
     out = _shell(documented, EXAMPLE)
-    assert out.returncode == 0 and out.stdout.strip() == "started with http://robot1.fleet.internal:11311"
+    assert out.returncode == 0 and out.stdout.strip() == "started with http://alpha-robot1.fleet.internal:11311"
 
 
 @pytest.fixture

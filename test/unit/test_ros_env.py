@@ -12,13 +12,14 @@ EXAMPLE = os.path.join(ROOT, "config", "robot.example.yaml")
 def test_compute_env_from_config_and_from_tailscaled_name():
     cfg = load_robot_config(EXAMPLE)
     env = compute_env(cfg)
-    assert env.ros_hostname == "robot1.fleet.internal"
-    assert env.ros_master_uri == "http://robot1.fleet.internal:11311"
+    assert env.ros_hostname == "alpha-robot1.fleet.internal"
+    assert env.ros_master_uri == "http://alpha-robot1.fleet.internal:11311"
     assert compute_env(cfg, "robot1-1.fleet.internal.").ros_hostname == "robot1-1.fleet.internal"
-    assert env.shell() == ("export ROS_HOSTNAME=robot1.fleet.internal\n"
-                           "export ROS_MASTER_URI=http://robot1.fleet.internal:11311\nunset ROS_IP\n"
-                           "export OVERLAY_MANAGER_HOST=robot1\n"
-                           "export OVERLAY_MANAGER_NS=robot1\n")
+    assert env.shell() == ("export ROS_HOSTNAME=alpha-robot1.fleet.internal\n"
+                           "export ROS_MASTER_URI=http://alpha-robot1.fleet.internal:11311\nunset ROS_IP\n"
+                           "export OVERLAY_MANAGER_HOST=alpha-robot1\n"
+                           "export OVERLAY_MANAGER_NS=alpha_robot1\n"
+                           "export OVERLAY_MANAGER_MASTER_LOCAL=true\n")
 
 
 def test_hyphenated_host_gets_a_ros_legal_namespace_and_keeps_its_name():
@@ -32,7 +33,7 @@ def test_hyphenated_host_gets_a_ros_legal_namespace_and_keeps_its_name():
 def test_main_prints_exports(capsys):
     assert main(["--config", EXAMPLE]) == 0
     out = capsys.readouterr().out
-    assert "export ROS_MASTER_URI=http://robot1.fleet.internal:11311" in out
+    assert "export ROS_MASTER_URI=http://alpha-robot1.fleet.internal:11311" in out
 
 
 def test_missing_config_is_exit_2_with_hint(capsys, tmp_path):
@@ -46,4 +47,4 @@ def test_script_runs_directly_and_evals_in_a_shell():
         ["bash", "-c", f'eval "$(/usr/bin/python3 {ROOT}/scripts/overlay_env --config {EXAMPLE})" '
                        '&& echo "$ROS_HOSTNAME $ROS_MASTER_URI ${ROS_IP-unset}"'],
         capture_output=True, text=True, env={"PATH": "/usr/bin:/bin", "ROS_IP": "10.0.0.1"}, check=True)
-    assert out.stdout.strip() == "robot1.fleet.internal http://robot1.fleet.internal:11311 unset"
+    assert out.stdout.strip() == "alpha-robot1.fleet.internal http://alpha-robot1.fleet.internal:11311 unset"

@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from overlay_manager.ros_names import ros_namespace
+from overlay_manager.ros_names import overlay_node, ros_namespace
 
 LEGAL_BASE = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")  # rosgraph.names' rule for a base name
 
@@ -35,3 +35,8 @@ def test_legal_and_injective_on_dns_labels():
 def test_empty_is_refused():
     with pytest.raises(ValueError, match="no host name"):
         ros_namespace(" ")
+
+
+def test_overlay_node_is_under_the_namespace():
+    assert overlay_node("alpha-robot1") == "/alpha_robot1/overlay_manager"
+    assert overlay_node("4th-robot.fleet.internal") == "/h_4th_robot/overlay_manager"

@@ -50,8 +50,8 @@ def test_hosts_block_written_by_the_node_logic_is_split_horizon(fake_tailscaled,
         m.close()
     lines = (tmp_path / "hosts").read_bytes().splitlines()
     assert b" 100.64.0.1 " not in b" ".join(lines)
-    # tailscaled's own names first, then the config's (robot1: the example config's hostname)
-    assert lines[1:3] == [b"127.0.1.1 robota.fleet.internal robota robot1.fleet.internal robot1",
+    # tailscaled's own names first, then the config's (alpha-robot1: the example config's hostname)
+    assert lines[1:3] == [b"127.0.1.1 robota.fleet.internal robota alpha-robot1.fleet.internal alpha-robot1",
                           b"100.64.0.2 robotb.fleet.internal robotb"]
 
 

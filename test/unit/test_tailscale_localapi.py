@@ -28,7 +28,7 @@ def test_http_error_is_typed(fake_tailscaled):
 
 
 def test_missing_socket_says_how_to_fix(tmp_path):
-    with pytest.raises(T.TailscaledNotRunning, match="is tailscaled running"):
+    with pytest.raises(T.TailscaledNotRunning, match="fix: start tailscaled"):
         T.LocalAPI(str(tmp_path / "none.sock")).status()
 
 

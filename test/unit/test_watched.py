@@ -8,7 +8,7 @@ import os
 
 from tsfake import FakeTailscaled, recorded
 
-from overlay_manager.config import apply_overrides, load_robot_config
+from overlay_manager.config import apply_overrides, load_robot_config, override_master
 from overlay_manager.monitor import OverlayMonitor
 from overlay_manager.tailscale import LocalAPI
 from overlay_manager.topology import MachineMap, SystemState, build_links, peers_with_links
@@ -32,7 +32,7 @@ def fleet_status(names):
 
 
 def monitor(fake, **node):
-    cfg = apply_overrides(load_robot_config(EXAMPLE), node, "test")  # master: robot1
+    cfg = override_master(apply_overrides(load_robot_config(EXAMPLE), node, "test"), "robot1", "test")
     m = OverlayMonitor(cfg, LocalAPI(fake.socket_path))
     m.poll()
     return m
