@@ -1,4 +1,4 @@
-"""Camera benchmark (not a test): raw vs link-aware camera across a 30 Mbit/s relayed campus link.
+"""Camera benchmark (not a test): raw vs link-aware JPEG vs H.264 across a 30 Mbit/s relayed campus link.
 
     source "$(bash scripts/build)/devel/setup.bash"
     sudo -E /usr/bin/python3 -m overlay_manager.lab.bench_camera [--out artifacts] [--seconds 8]
@@ -8,20 +8,22 @@ One lab run::
 
     robot1 (b1, eim-adpf; uplink tbf 30 Mbit/s)  ---  backbone  ---  laptop (b2, eim-adpf)
       roscore + robot.launch, lab camera 640x480                        robot.launch, probes
-      rgb8 30 Hz (textured), Twist echo, link-aware encoder                   |
+      rgb8 30 Hz (real scene), Twist echo, link-aware encoder                 |
                                              relay1 (campus, public): peer relay, UDP 40000
 
 Columns, each the laptop -> robot1 path: ``direct`` (hole punched), ``derp`` (UDP blocked at
 b1's router) and ``peer-relay`` (b1 lets UDP out only to STUN and relay1's port; relay1's relay
 server on). Per column, measured from the laptop: the Twist round trip (50 Hz, echoed on robot1)
-with no camera; then the raw ``/camera/image_raw`` and the link-aware
-``/camera/image_raw/compressed``, each alone, while the Twist round trip runs: delivered rate,
-latency (receive time - header.stamp, one wall clock), bytes/s, and for the link-aware stream its
-encoder's process CPU (utime + stime from /proc, sampled each second, over the seconds in which it
-worked: it encodes only while subscribed) and decisions
-(quality, rate, budget from ``stream_state``). Relayed columns repeat the link-aware stream for
-each ``--budgets`` value (kbit/s for derp and peer-relay): a budget well below the link's
-capacity is the lever that keeps control responsive.
+with no camera; then the raw ``/camera/image_raw``, the link-aware JPEG stream and, where the
+encoder publishes it, the link-aware H.264 stream (camera_streams.detect_streams), each alone,
+while the Twist round trip runs: delivered rate, PSNR of every decoded picture against its
+source frame (probe quality: the camera plays a real scene and names each frame's index in
+header.frame_id), latency (receive time - header.stamp, one wall clock), bitrate (payload bytes
+received), and for the encoded streams the encoder's process CPU (utime + stime of the encoder
+launch's processes from /proc, sampled each second, over the seconds in which it worked: it
+encodes only while subscribed) and decisions (quality, rate, budget from ``stream_state``).
+Relayed columns repeat the encoded streams for each ``--budgets`` value (kbit/s for derp and
+peer-relay): a budget well below the link's capacity is the lever that keeps control responsive.
 
 Writes out/bench_camera.json, bench_camera.md, bench_camera.png. Everything started is stopped
 by pid; the lab run is torn down by Lab.down() whatever happens. About 5 min on 2 cores.
@@ -36,10 +38,10 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence
 
 from ..ros_names import overlay_node
-from . import robots, system
+from . import camera_streams, robots
 from .bench_report import replot, write_report
 from .core import Lab
 from .errors import LabError
@@ -60,38 +62,14 @@ SPEC: Dict[str, Any] = {
 ROBOT, LAPTOP, RELAY, B1 = "robot1", "laptop", "relay1", "b1"
 N_ROBOT, N_LAPTOP = overlay_node(ROBOT), overlay_node(LAPTOP)
 RAW = "/camera/image_raw"
-OUT = RAW + "/compressed"
-RAW_FRAME_BYTES = 640 * 480 * 3
+STREAM_KEYS = {"jpeg": "link-aware", "h264": "h264"}
+"""Result keys of the encoded streams (then `` <budget Mbit/s>`` on relayed columns)."""
 COLUMNS = ("direct", "derp", "peer-relay")
 
 
 def say(msg: str) -> None:
     """Progress on stderr."""
     print(f"[bench_camera] {msg}", file=sys.stderr, flush=True)
-
-
-def _cpu_seconds(pid: int) -> Optional[float]:
-    """utime + stime of a process in seconds; None when it is gone."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return None
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def _active_cpu_pct(samples: Sequence[Tuple[float, Optional[float]]]) -> Optional[float]:
-    """CPU share (% of one core) over the 1-s intervals in which the encoder worked (at least
-    20 ms of CPU: it encodes only while subscribed, and the probes take seconds to start).
-
-    ``samples`` are (time.monotonic() s, CPU s or None when the process was gone)."""
-    busy_cpu = busy_wall = 0.0
-    for (w0, c0), (w1, c1) in zip(samples, samples[1:]):
-        if c0 is None or c1 is None:
-            continue
-        if c1 - c0 >= 0.02:
-            busy_cpu += c1 - c0
-            busy_wall += w1 - w0
-    return round(100.0 * busy_cpu / busy_wall, 1) if busy_wall > 0 else None
 
 
 class CameraBench:
@@ -102,49 +80,42 @@ class CameraBench:
         self.seconds = seconds
         self.procs: List[subprocess.Popen] = []
         self.encoder: Optional[subprocess.Popen] = None
+        self.encoder_pids: List[int] = []
+        self.streams: Dict[str, str] = {"raw": RAW}  # kind -> topic (camera_streams.detect_streams)
 
     # --- set-up ---------------------------------------------------------------------------
     def start(self, uplink_mbit: float) -> None:
         """robot.launch on robot1 (master) and laptop, camera and echo on robot1, b1's uplink limit."""
         say("robot.launch on robot1 (master) and laptop")
         robots.start_master_then(self.lab, ROBOT, [LAPTOP], self.procs)
-        self.procs.append(robots.start_tool(self.lab, ROBOT, ["rosnodes", "camera", "--topic", RAW,
-                                                              "--pattern", "textured"], "camera_textured"))
+        self.procs.append(robots.start_tool(self.lab, ROBOT, ["rosnodes", "camera", "--topic", RAW], "camera"))
         self.procs.append(robots.start_echo(self.lab, ROBOT))
         self.lab.impair(B1, Impairment(rate_mbit=uplink_mbit))
 
     def start_encoder(self, budget_kbps: float) -> None:
         """(Re)start the link-aware encoder on robot1 (link_aware_camera.launch, as robot.launch's
-        camera_topics does) with this budget for derp and peer-relay."""
+        camera_topics does) with this budget for derp and peer-relay; note which streams it
+        publishes (JPEG, and H.264 where the encoder has it)."""
         self.stop_encoder()
-        line = (f"{robots.overlay_env_line(self.lab, ROBOT)} && exec roslaunch overlay_manager "
-                f"link_aware_camera.launch images:={RAW} overlay_node:={N_ROBOT} "
-                f"budget_kbps_derp:={budget_kbps:g} budget_kbps_peer_relay:={budget_kbps:g}")
-        log = Path(self.lab.host_dir(ROBOT)) / f"encoder_{budget_kbps:g}.log"
-        self.encoder = self.lab.popen(ROBOT, ["bash", "-c", line], env=robots.ros_env(self.lab, ROBOT), log=log)
+        name = f"encoder_{budget_kbps:g}"
+        self.encoder = camera_streams.start_encoder(self.lab, ROBOT, RAW, N_ROBOT, "link_aware_camera", budget_kbps,
+                                                    name)
         try:
-            wait_for("the encoder process on robot1", lambda: self.encoder_pid(), 120)
+            self.encoder_pids = camera_streams.encoder_pids(self.encoder)
         except LabError:
+            log = Path(self.lab.host_dir(ROBOT)) / f"{name}.log"
             say(f"encoder log {log}:\n" + (log.read_text(errors="replace")[-3000:] if log.exists() else "(none)"))
             raise
-        time.sleep(2.0)  # advertised and subscribed to ~peers
+        # the first encoder gets 8 s to advertise H.264; later ones are the same binary
+        self.streams = camera_streams.detect_streams(self.lab, LAPTOP, RAW, wait_s=8.0 if len(self.streams) < 2
+                                                     else 3.0)
 
     def stop_encoder(self) -> None:
         """Stop the encoder's roslaunch (by pid)."""
         if self.encoder is not None:
             robots.stop(self.lab, self.encoder)
             self.encoder = None
-
-    def encoder_pid(self) -> Optional[int]:
-        """Pid of the link_aware_encoder process in robot1's namespace (for its CPU)."""
-        for pid in system.pids_in_ns(self.lab.namespace(ROBOT)):
-            try:
-                argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-            except OSError:
-                continue
-            if argv and argv[0].endswith(b"/link_aware_encoder"):
-                return pid
-        return None
+            self.encoder_pids = []
 
     def stop(self) -> None:
         """Stop everything started here (by pid)."""
@@ -170,57 +141,59 @@ class CameraBench:
                                timeout=seconds + 90)
         return {k: res.get(k) for k in ("rtt_p50_ms", "rtt_p99_ms", "rtt_max_ms", "sent", "received")}
 
-    def stream(self, topic: str, typ: str, link_aware: bool) -> Dict[str, Any]:
-        """Receive ``topic`` on the laptop for self.seconds while the Twist round trip runs; with
-        link_aware also the encoder's stream_state and its process CPU over the same window."""
+    def stream(self, kind: str) -> Dict[str, Any]:
+        """Receive the ``kind`` stream (raw, jpeg, h264) on the laptop for self.seconds while the
+        Twist round trip runs: rate, latency, bitrate, PSNR; for encoded streams also the
+        encoder's stream_state and its processes' CPU over the same window."""
+        topic = self.streams[kind]
+        encoded = kind != "raw"
         out: Dict[str, Any] = {}
 
-        def rate() -> None:
-            out["rate"] = robots.run_probe(self.lab, LAPTOP, ["rate", topic, typ, "--seconds", f"{self.seconds:g}",
-                                                              "--timeout", "60"], timeout=self.seconds + 90)
+        def view() -> None:
+            out["quality"] = camera_streams.quality(self.lab, LAPTOP, [(kind, topic)], self.seconds)
 
         def control() -> None:
             time.sleep(3.0)  # the stream runs first
             out["control"] = self.control(max(2.0, self.seconds - 4.0))
 
         def states() -> None:
-            out["state"] = robots.run_probe(self.lab, LAPTOP, ["collect", RAW + "/link_aware/stream_state",
-                                                               "overlay_manager/StreamState", "--seconds",
-                                                               f"{self.seconds + 3:g}"], timeout=self.seconds + 90)
+            try:
+                out["state"] = robots.run_probe(self.lab, LAPTOP, ["collect", topic + "/stream_state",
+                                                                   "overlay_manager/StreamState", "--seconds",
+                                                                   f"{self.seconds + 3:g}"], timeout=self.seconds + 90)
+            except LabError as exc:  # a stream without decisions in this format: the row says "-"
+                say(f"no stream_state for {topic}: {exc}")
 
-        threads = [threading.Thread(target=f) for f in ((rate, control, states) if link_aware else (rate, control))]
+        threads = [threading.Thread(target=f) for f in ((view, control, states) if encoded else (view, control))]
         for t in threads:
             t.start()
-        pid = self.encoder_pid() if link_aware else None
-        samples: List[Tuple[float, Optional[float]]] = []  # (wall s, cpu s) once a second while the probes run
+        sampler = camera_streams.CpuSampler(camera_streams.encoder_pids(self.encoder) if encoded and self.encoder
+                                            else [])
         while any(t.is_alive() for t in threads):
-            if pid:
-                samples.append((time.monotonic(), _cpu_seconds(pid)))
+            if encoded:
+                sampler.sample()
             time.sleep(1.0)
         for t in threads:
             t.join(timeout=self.seconds + 120)
-        cpu = _active_cpu_pct(samples)
-        r = out.get("rate") or {}
-        res: Dict[str, Any] = {k: r.get(k) for k in ("count", "rate_hz", "span_rate_hz", "max_gap_s",
-                                                     "latency_p50_ms", "latency_p99_ms")}
+        q = ((out.get("quality") or {}).get("streams") or {}).get(topic) or {}
+        camera_streams.check_index(q, f"{kind} {topic}")
+        res: Dict[str, Any] = camera_streams.stream_row(q)
+        res["bytes_per_s"] = (q.get("bytes_per_s") or 0.0)
         res["control"] = out.get("control")
-        if not link_aware:
-            res["bytes_per_s"] = (r.get("count") or 0) * RAW_FRAME_BYTES / self.seconds
+        if not encoded:
             return res
         msgs = [m for m in (out.get("state") or {}).get("msgs") or [] if m["subscribers"] and m["bitrate_kbps"] > 0]
         if msgs:
-            bitrate = sum(m["bitrate_kbps"] for m in msgs) / len(msgs)
             last = msgs[-1]
-            res["bytes_per_s"] = bitrate * 1000.0 / 8.0
-            res["state"] = {k: last[k] for k in ("quality", "rate_hz", "budget_kbps", "limited_by", "reason",
-                                                 "frame_bytes", "encode_ms", "output_rate_hz")}
+            res["state"] = {k: last.get(k) for k in ("quality", "rate_hz", "budget_kbps", "limited_by", "reason",
+                                                     "frame_bytes", "encode_ms", "output_rate_hz")}
             res["state"]["paths"] = {s["host"]: s["path"] for s in last["subscribers"]}
-        res["encoder_cpu_pct"] = cpu
+        res["encoder_cpu_pct"] = sampler.pct()
         return res
 
 
 def _column(lab: Lab, bench: CameraBench, col: str, seconds: float, budgets: Sequence[float]) -> Dict[str, Any]:
-    """Set up the path of one column and measure control alone, raw and link-aware per budget."""
+    """Set up the path of one column and measure control alone, raw, and each encoded stream per budget."""
     if col == "derp":
         lab.block_udp(B1)
     elif col == "peer-relay":
@@ -233,15 +206,18 @@ def _column(lab: Lab, bench: CameraBench, col: str, seconds: float, budgets: Seq
     say(f"{col}: Twist round trip, no camera")
     res: Dict[str, Any] = {"control_idle": bench.control(max(2.0, seconds - 4.0))}
     say(f"{col}: raw {RAW}")
-    res["raw"] = bench.stream(RAW, "sensor_msgs/Image", link_aware=False)
+    res["raw"] = bench.stream("raw")
     say(f"{col} raw: {json.dumps(res['raw'])}")
     try:
         for budget in (budgets if col != "direct" else budgets[:1]):
             bench.start_encoder(budget)
-            key = f"link-aware {budget / 1000:g}" if col != "direct" else "link-aware"
-            say(f"{col}: {key} {OUT}")
-            res[key] = bench.stream(OUT, "sensor_msgs/CompressedImage", link_aware=True)
-            say(f"{col} {key}: {json.dumps(res[key])}")
+            for kind in ("jpeg", "h264"):
+                if kind not in bench.streams:
+                    continue
+                key = STREAM_KEYS[kind] + (f" {budget / 1000:g}" if col != "direct" else "")
+                say(f"{col}: {key} {bench.streams[kind]}")
+                res[key] = bench.stream(kind)
+                say(f"{col} {key}: {json.dumps(res[key])}")
     finally:
         bench.stop_encoder()
     return res
@@ -251,6 +227,7 @@ def run(out_dir: Path, seconds: float, uplink_mbit: float, budgets: Sequence[flo
         run_id: Optional[str] = None) -> Dict[str, Any]:
     """The whole camera benchmark; returns the JSON data (also written to out_dir)."""
     t_run = time.monotonic()
+    load_start = [round(x, 2) for x in os.getloadavg()]
     lab = Lab(SPEC, run_id=run_id)
     bench = CameraBench(lab, seconds)
     results: Dict[str, Dict[str, Any]] = {}
@@ -269,8 +246,9 @@ def run(out_dir: Path, seconds: float, uplink_mbit: float, budgets: Sequence[flo
         lab.down()
     data = {"meta": {"date": time.strftime("%Y-%m-%d %H:%M"), "seconds_per_stream": seconds,
                      "uplink_mbit": uplink_mbit, "budgets_kbps": list(budgets), "cores": os.cpu_count(),
-                     "image": "640x480 rgb8 30 Hz, textured (about 30 KB per JPEG frame at quality 80)",
-                     "control_hz": 50, "run_seconds": round(time.monotonic() - t_run), "errors": errors},
+                     "image": "vtest.avi (a pedestrian scene) scaled to 640x480 rgb8, 30 Hz, looping",
+                     "control_hz": 50, "run_seconds": round(time.monotonic() - t_run), "errors": errors,
+                     "load_start": load_start, "load_end": [round(x, 2) for x in os.getloadavg()]},
             "columns": list(columns), "results": results}
     write_report(out_dir, "bench_camera", data, render_markdown, plot)
     return data
@@ -282,33 +260,52 @@ def _f(v: Optional[float], fmt: str = "{:.0f}") -> str:
 
 
 def _streams(res: Dict[str, Any]) -> List[str]:
-    """The stream keys of one column's results ("raw", "link-aware", "link-aware <budget>"), in order."""
-    return [k for k in res if k == "raw" or k.startswith("link-aware")]
+    """The stream keys of one column's results ("raw", "link-aware[ <budget>]" for JPEG,
+    "h264[ <budget>]"), in order."""
+    return [k for k in res if k == "raw" or k.startswith(("link-aware", "h264"))]
+
+
+def stream_label(key: str) -> str:
+    """A stream key as the report names it: "link-aware 8" -> "link-aware JPEG, budget 8 Mbit/s"."""
+    if key == "raw":
+        return "raw"
+    name, _, budget = key.partition(" ")
+    label = "link-aware JPEG" if name == "link-aware" else "link-aware H.264"
+    return f"{label}, budget {budget} Mbit/s" if budget else label
+
+
+def _psnr(v: Optional[float]) -> str:
+    """A PSNR cell: "lossless" for an identical picture (scene.PSNR_IDENTICAL), "-" for None."""
+    return "lossless" if v is not None and v >= 99 else _f(v, "{:.1f}")
 
 
 def render_markdown(data: Dict[str, Any]) -> str:
-    """One table per column: a row per stream (raw, link-aware per budget), plus control alone."""
+    """One table: per column a row with control alone and a row per stream (raw, encoded per budget)."""
     m = data["meta"]
     lines = [f"Camera benchmark {m['date']}: {m['image']}, b1 uplink tbf {m['uplink_mbit']:g} Mbit/s, "
-             f"{m['seconds_per_stream']:g} s per stream, Twist at {m['control_hz']} Hz, {m['cores']} cores.", ""]
-    lines += ["| path | stream | rate Hz | latency p50 / p99 ms | Twist RTT p50 / p99 ms | MB/s | "
-              "encoder CPU % | quality, rate cap |", "|---|---|---|---|---|---|---|---|"]
+             f"{m['seconds_per_stream']:g} s per stream, Twist at {m['control_hz']} Hz, {m['cores']} cores"
+             + (f", load average {m['load_start']} at the start, {m['load_end']} at the end" if m.get("load_start")
+                else "") + ".", ""]
+    lines += ["| path | stream | rate Hz | PSNR mean / p5 dB | latency p50 / p99 ms | Twist RTT p50 / p99 ms "
+              "| Mbit/s | "
+              "encoder CPU % | decision |", "|---|---|---|---|---|---|---|---|---|"]
     for col in data["columns"]:
         res = data["results"].get(col, {})
         ci = res.get("control_idle") or {}
-        lines.append(f"| {col} | (no camera) | - | - | {_f(ci.get('rtt_p50_ms'), '{:.1f}')} / "
+        lines.append(f"| {col} | (no camera) | - | - | - | {_f(ci.get('rtt_p50_ms'), '{:.1f}')} / "
                      f"{_f(ci.get('rtt_p99_ms'), '{:.1f}')} | - | - | - |")
         for key in _streams(res):
             s = res[key]
             c = s.get("control") or {}
             st = s.get("state") or {}
-            dec = f"q{st['quality']}, {st['rate_hz']:.0f} Hz" if st else "-"
-            label = key if key == "raw" else key.replace("link-aware ", "link-aware, budget ") + (
-                " Mbit/s" if key != "link-aware" else "")
-            lines.append(f"| {col} | {label} | {_f(s.get('rate_hz'), '{:.1f}')} | "
+            dec = "-"
+            if st:
+                dec = (f"q{st['quality']}, " if st.get("quality") is not None else "") + f"{st['rate_hz']:.0f} Hz"
+            lines.append(f"| {col} | {stream_label(key)} | {_f(s.get('rate_hz'), '{:.1f}')} | "
+                         f"{_psnr(s.get('psnr_mean'))} / {_psnr(s.get('psnr_p5'))} | "
                          f"{_f(s.get('latency_p50_ms'))} / {_f(s.get('latency_p99_ms'))} | "
                          f"{_f(c.get('rtt_p50_ms'), '{:.1f}')} / {_f(c.get('rtt_p99_ms'), '{:.1f}')} | "
-                         f"{_f((s.get('bytes_per_s') or 0) / 1e6, '{:.2f}')} | "
+                         f"{_f((s.get('bytes_per_s') or 0) * 8 / 1e6, '{:.2f}')} | "
                          f"{_f(s.get('encoder_cpu_pct'), '{:.1f}')} | "
                          f"{dec} |")
     for err in m.get("errors") or []:
@@ -317,8 +314,8 @@ def render_markdown(data: Dict[str, Any]) -> str:
 
 
 def plot(data: Dict[str, Any], out_dir: Path) -> None:
-    """bench_camera.png in out_dir, bars per path: delivered rate, latency p99 and Twist RTT p99 for
-    each stream."""
+    """bench_camera.png in out_dir, bars per path for each stream: bitrate, PSNR, delivered rate,
+    latency p50 and p99, Twist RTT p50 and p99."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -329,30 +326,44 @@ def plot(data: Dict[str, Any], out_dir: Path) -> None:
         for k in _streams(data["results"].get(c, {})):
             if k not in keys:
                 keys.append(k)
-    fig, axes = plt.subplots(1, 3, figsize=(14, 4))
-    metrics = (("rate_hz", "delivered rate (Hz)", False), ("latency_p99_ms", "camera latency p99 (ms)", True),
-               ("rtt", "Twist round trip p99 (ms)", True))
+    fig, axes = plt.subplots(2, 4, figsize=(18, 7))
+    metrics = (("bitrate", "bitrate received (Mbit/s)", True, None),
+               ("psnr_mean", "PSNR mean (dB; raw lossless at 60)", False, 38),
+               ("rate_hz", "delivered rate (Hz)", False, 29),
+               ("latency_p50_ms", "camera latency p50 (ms)", True, None),
+               ("latency_p99_ms", "camera latency p99 (ms)", True, 100),
+               ("rtt_p50_ms", "Twist round trip p50 (ms)", True, None),
+               ("rtt_p99_ms", "Twist round trip p99 (ms)", True, 50))
     width = 0.8 / max(1, len(keys))
-    for ax, (metric, title, log) in zip(axes, metrics):
+    for ax, (metric, title, log, goal) in zip(axes.flat, metrics):
         for i, k in enumerate(keys):
             vals = []
             for c in cols:
                 s = data["results"].get(c, {}).get(k) or {}
-                v = (s.get("control") or {}).get("rtt_p99_ms") if metric == "rtt" else s.get(metric)
+                if metric.startswith("rtt"):
+                    v = (s.get("control") or {}).get(metric)
+                elif metric == "bitrate":
+                    v = (s.get("bytes_per_s") or 0) * 8 / 1e6 or None
+                else:
+                    v = s.get(metric)
+                    if metric == "psnr_mean" and v is not None:
+                        v = min(v, 60.0)
                 vals.append(v if v is not None else 0.0)
-            ax.bar([x + i * width for x in range(len(cols))], vals, width, label=k)
+            ax.bar([x + i * width for x in range(len(cols))], vals, width, label=stream_label(k))
         ax.set_xticks([x + width * (len(keys) - 1) / 2 for x in range(len(cols))])
         ax.set_xticklabels(cols)
-        ax.set_title(title)
+        ax.set_title(title, fontsize=10)
         if log:
             ax.set_yscale("log")
-    axes[0].axhline(29, color="grey", linestyle=":", linewidth=1)
-    axes[1].axhline(100, color="grey", linestyle=":", linewidth=1)
-    axes[2].axhline(50, color="grey", linestyle=":", linewidth=1)
-    axes[0].legend(fontsize=8)
-    fig.suptitle(f"raw vs link-aware camera, b1 uplink {data['meta']['uplink_mbit']:g} Mbit/s (dotted: goals)")
+        if goal is not None:
+            ax.axhline(goal, color="grey", linestyle=":", linewidth=1)
+    axes.flat[-1].axis("off")
+    handles, labels = axes.flat[0].get_legend_handles_labels()
+    axes.flat[-1].legend(handles, labels, fontsize=9, loc="center")
+    fig.suptitle(f"raw vs link-aware camera on a real scene, b1 uplink {data['meta']['uplink_mbit']:g} Mbit/s "
+                 "(dotted: goals)")
     fig.tight_layout()
-    fig.savefig(out_dir / "bench_camera.png", dpi=90)
+    fig.savefig(out_dir / "bench_camera.png", dpi=80)
     plt.close(fig)
 
 

@@ -6,11 +6,13 @@
 
 Steps (each narrated): a lab with two buildings behind NATs and Headscale; robot1 (building b1)
 runs robot.launch as the ROS master (camera_topics:=/camera/image_raw: the link-aware encoder)
-plus a 640x480 rgb8 camera at 30 Hz; the laptop (building b2) runs robot.launch and the decoder
-of the link-aware stream; a live table of what the laptop's and robot1's overlay nodes report
-(path, endpoint, latency) and, side by side, the rate and latency the laptop receives of the raw
-topic and of the link-aware one; UDP blocked at b1's router: the path turns derp, the raw rate
-drops while the link-aware stream keeps its rate at a lower JPEG quality; unblocked: direct again.
+plus the lab camera playing a real scene (640x480 rgb8, 30 Hz, frame index in header.frame_id);
+the laptop (building b2) runs robot.launch; a live table of what the laptop's and robot1's
+overlay nodes report (path, endpoint, latency) and the rate and latency of the raw camera the
+laptop receives; UDP blocked at b1's router: the path turns derp and the raw rate drops; then
+on the relayed path each stream alone (raw, link-aware JPEG, link-aware H.264 where the encoder
+publishes it), so none floods the tunnel for the other: rate, latency, bitrate and PSNR against
+the source frame (probe quality); unblocked: direct again.
 Everything is torn down at the end, also after Ctrl-C, SIGTERM or a failure (processes by pid, the run's namespaces).
 """
 
@@ -24,17 +26,17 @@ import tempfile
 import time
 from pathlib import Path
 from types import FrameType
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional
 
 from ..ros_names import overlay_node
 from ..stats import percentile, summary
-from . import robots
+from . import camera_streams, robots
 from .core import REPO_ROOT, Lab, missing_prerequisites
 from .errors import LabError
+from .scene import DEFAULT_VIDEO
 
 ROBOT, LAPTOP = "alpha-robot1", "alpha-laptop"
 CAMERA = "/camera/image_raw"
-DECODED = "/camera/image_decoded"  # the link-aware <CAMERA>/compressed, decoded on the laptop
 TICK_S = 2.0
 NAME_W = max(len(ROBOT), len(LAPTOP))  # width of the live table's node and peer columns
 
@@ -67,14 +69,16 @@ class PathSeen:
 class Demo:
     """The demo's steps; ``say`` prints narration, lab commands go to ``log``."""
 
-    def __init__(self, spec: str, live_s: float, blocked_s: float, workdir: Path) -> None:
+    def __init__(self, spec: str, live_s: float, blocked_s: float, workdir: Path, stream_s: float = 8.0) -> None:
         self.spec, self.live_s, self.blocked_s, self.workdir = spec, live_s, blocked_s, workdir
+        self.stream_s = stream_s
         self.t0 = time.monotonic()
         self.log_path = workdir / "demo.log"
         self._log = open(self.log_path, "a", encoding="utf-8")  # noqa: SIM115 - closed in run()
         self.lab: Optional[Lab] = None
-        self.rec: Optional[robots.Recorder] = None
-        self.rec_la: Optional[robots.Recorder] = None  # the link-aware stream (decoded) on the laptop
+        self.rec: Optional[robots.Recorder] = None  # the overlay nodes' views (paths, changes)
+        self.rec_raw: Optional[robots.Recorder] = None  # the raw camera frames on the laptop
+        self.streams: Dict[str, str] = {}  # kind -> topic of the camera's streams
         self.procs: List[subprocess.Popen] = []
         self.summary: Dict[str, Any] = {}
 
@@ -114,10 +118,9 @@ class Demo:
         self.procs.append(robots.start_robot(lab, ROBOT, master=True, launch_args=[f"camera_topics:={CAMERA}"]))
         robots.peers(lab, ROBOT, timeout=90, node=node(ROBOT))
         self.say(f"    {ROBOT} enrolled as {ROBOT}.{lab.spec.control.base_domain} ({lab.overlay_ip(ROBOT)}); "
-                 "starting its camera: 640x480 rgb8 sensor_msgs/Image at 30 Hz on /camera/image_raw "
-                 "(textured: JPEG frames of about 30 KB, like a real camera)")
-        self.procs.append(robots.start_tool(lab, ROBOT, ["rosnodes", "camera", "--topic", CAMERA,
-                                                         "--pattern", "textured"], "camera"))
+                 f"starting its camera: a real scene ({DEFAULT_VIDEO.name}, pedestrians) as 640x480 rgb8 "
+                 f"sensor_msgs/Image at 30 Hz on {CAMERA}, each frame's index in header.frame_id")
+        self.procs.append(robots.start_tool(lab, ROBOT, ["rosnodes", "camera", "--topic", CAMERA], "camera"))
         self.say(f"    {LAPTOP} (b2): the same two commands, with --wait-master 90")
         self.procs.append(robots.start_robot(lab, LAPTOP, master=False))
         robots.peers(lab, LAPTOP, min_peers=1, timeout=120, node=node(LAPTOP))
@@ -126,23 +129,16 @@ class Demo:
         self.say("    without the overlay the laptop could not reach robot1 at all: b1's NAT drops "
                  f"unsolicited connections to {lab.address(ROBOT)} (the system tests prove it)")
 
-        self.say("3/6 the laptop subscribes to /camera/image_raw with the ROS env from overlay_env "
+        self.say(f"3/6 the laptop subscribes to {CAMERA} with the ROS env from overlay_env "
                  f"(ROS_MASTER_URI=http://{ROBOT}.{lab.spec.control.base_domain}:11311); live view of "
                  "both overlay nodes' ~peers and the frames the laptop receives:")
-        self.rec = robots.Recorder(lab, LAPTOP, image=CAMERA, nodes=[node(LAPTOP), node(ROBOT)], name="demo")
-        self.rec.wait("the first camera frame on the laptop", lambda ev: ev["ev"] == "frame", timeout=60)
-        self.say(f"    and to the link-aware {CAMERA}/compressed through `rosrun overlay_manager compressed_decoder "
-                 f"in:={CAMERA} out:={DECODED}` (JPEG, quality and rate fitted to the path)")
-        self.procs.append(lab.popen(LAPTOP, ["bash", "-c", f"{robots.overlay_env_line(lab, LAPTOP)} && exec rosrun "
-                                             f"overlay_manager compressed_decoder in:={CAMERA} out:={DECODED}"],
-                                    env=robots.ros_env(lab, LAPTOP), log=Path(lab.host_dir(LAPTOP)) / "decoder.log"))
-        self.rec_la = robots.Recorder(lab, LAPTOP, image=DECODED, name="demo_link_aware")
-        self.rec_la.wait("the first link-aware frame on the laptop", lambda ev: ev["ev"] == "frame", timeout=60)
+        self.rec = robots.Recorder(lab, LAPTOP, nodes=[node(LAPTOP), node(ROBOT)], name="demo")
+        self.rec_raw = robots.Recorder(lab, LAPTOP, image=CAMERA, name="demo_raw")
+        self.rec_raw.wait("the first camera frame on the laptop", lambda ev: ev["ev"] == "frame", timeout=60)
         self.rec.wait("robot1's path on the laptop's node", lambda ev: ev["ev"] == "peers"
                       and ev["node"] == node(LAPTOP) and ROBOT in ev["paths"], timeout=30)
         self.header()
-        direct, direct_la = self.live(self.live_s)
-        self.summary["direct_rate_hz"], self.summary["direct_link_aware_hz"] = direct, direct_la
+        self.summary["direct_rate_hz"] = self.live(self.live_s)
 
         self.say("4/6 blocking UDP at building b1's router (nft: drop forwarded UDP both ways): "
                  "WireGuard over UDP is gone, tailscale falls back to the DERP relay over HTTPS")
@@ -150,14 +146,30 @@ class Demo:
         lab.block_udp("b1")
         self.summary["blocked"] = True
         self.header()
-        derp_seen = PathSeen("derp", t_block, hold_s=12)
-        derp_rate, derp_la = self.live(self.blocked_s, until=derp_seen, rate_from=derp_seen.seen_at)
-        self.summary["derp_rate_hz"], self.summary["derp_link_aware_hz"] = derp_rate, derp_la
+        derp_seen = PathSeen("derp", t_block, hold_s=6)
+        self.live(self.blocked_s, until=derp_seen)
+        self.rec_raw.stop()  # unsubscribed: from here each stream has the relayed tunnel to itself
+        self.rec_raw = None
+        self.streams = camera_streams.detect_streams(lab, LAPTOP, CAMERA, wait_s=2.0)
+        kinds = [k for k in ("raw", "jpeg", "h264") if k in self.streams]
+        self.say(f"    on the relayed path, each stream alone for {self.stream_s:g} s (the others unsubscribed, so "
+                 "none floods the tunnel); rate, latency (receive time - header.stamp), bitrate received, PSNR "
+                 "of each decoded picture against its source frame:")
+        self.summary["derp"] = {}
+        for kind in kinds:
+            q = camera_streams.quality(lab, LAPTOP, [(kind, self.streams[kind])], self.stream_s)
+            row = q["streams"][self.streams[kind]]
+            self.summary["derp"][kind] = row
+            print(f"      {camera_streams.KIND_LABELS[kind]:<17} {self.streams[kind]:<34} {stream_cells(row)}",
+                  flush=True)
+        if "h264" not in kinds:
+            self.say("    (no link-aware H.264 stream here: this encoder publishes JPEG only)")
 
         self.say("5/6 unblocking UDP at b1: tailscale finds the direct path again")
         t_unblock = time.monotonic()
         lab.unblock_udp("b1")
         self.summary["blocked"] = False
+        self.rec_raw = robots.Recorder(lab, LAPTOP, image=CAMERA, name="demo_raw_again")
         self.header()
         direct_seen = PathSeen("direct", t_unblock, hold_s=6)
         self.live(20.0, until=direct_seen)
@@ -172,42 +184,34 @@ class Demo:
         self.summary["derp_after_s"] = to_derp[0] if to_derp else derp_seen.after_s
         self.summary["direct_again_after_s"] = to_direct[0] if to_direct else direct_seen.after_s
         s = self.summary
-        self.say(f"    summary: raw camera on the laptop {s['direct_rate_hz']:.1f} Hz direct, "
-                 f"{s['derp_rate_hz']:.1f} Hz relayed through DERP; link-aware {s['direct_link_aware_hz']:.1f} Hz "
-                 f"direct, {s['derp_link_aware_hz']:.1f} Hz relayed (here both streams share the one relayed "
-                 "tunnel and the raw one floods it; alone on derp the link-aware stream keeps 30 Hz, see "
-                 "docs/bench.md); derp reported "
-                 f"{_fmt_s(s.get('derp_after_s'))} after blocking UDP, direct again "
-                 f"{_fmt_s(s.get('direct_again_after_s'))} after unblocking")
+        relayed = "; ".join(f"{camera_streams.KIND_LABELS[k]} {stream_cells(r, short=True)}"
+                            for k, r in s["derp"].items())
+        self.say(f"    summary: raw camera on the laptop {s['direct_rate_hz']:.1f} Hz direct; relayed through DERP, "
+                 f"each stream alone: {relayed}; derp reported {_fmt_s(s.get('derp_after_s'))} after blocking UDP, "
+                 f"direct again {_fmt_s(s.get('direct_again_after_s'))} after unblocking")
 
     def header(self) -> None:
         """The live table's column headings."""
         print(f"    {'time':>6}  {'node':<{NAME_W}} {'peer':<{NAME_W}} {'path':<7} {'via':<22} {'ping rtt':>9}   "
-              "camera received on the laptop (last 2 s): raw | link-aware", flush=True)
+              "raw camera received on the laptop (last 2 s)", flush=True)
 
-    def live(self, seconds: float, until: Optional[Callable[[Dict[str, Any]], bool]] = None,
-             rate_from: Optional[Callable[[], float]] = None) -> Tuple[float, float]:
+    def live(self, seconds: float, until: Optional[Callable[[Dict[str, Any]], bool]] = None) -> float:
         """Print the table every TICK_S for up to ``seconds`` (or until ``until(paths)``); returns
-        the mean raw and link-aware camera rates over the ticks after ``rate_from()`` (default: all)."""
-        assert self.rec is not None and self.rec_la is not None
+        the mean raw camera rate over the ticks."""
+        assert self.rec is not None and self.rec_raw is not None
         end = time.monotonic() + seconds
-        rates: List[Tuple[float, float, float]] = []  # (time.monotonic(), raw Hz, link-aware Hz)
-
-        def stream(rec: robots.Recorder, now: float) -> Tuple[float, str]:
-            """Frames per second over the last TICK_S and the table cell saying it."""
-            rec.read()
-            frames = rec.frames(now - TICK_S, now)
-            rate = len(frames) / TICK_S
-            lats = [f["lat_ms"] for f in frames if f.get("lat_ms") is not None]
-            return rate, (f"{rate:5.1f} Hz, latency {percentile(lats, 50):6.1f} ms" if lats else f"{rate:5.1f} Hz")
+        rates: List[float] = []
 
         while time.monotonic() < end:
             time.sleep(TICK_S)
             now = time.monotonic()
-            rate, cam_raw = stream(self.rec, now)
-            rate_la, cam_la = stream(self.rec_la, now)
-            rates.append((now, rate, rate_la))
-            cam = f"{cam_raw} | {cam_la}"
+            self.rec.read()
+            self.rec_raw.read()
+            frames = self.rec_raw.frames(now - TICK_S, now)
+            rate = len(frames) / TICK_S
+            lats = [f["lat_ms"] for f in frames if f.get("lat_ms") is not None]
+            cam = f"{rate:5.1f} Hz, latency {percentile(lats, 50):6.1f} ms" if lats else f"{rate:5.1f} Hz"
+            rates.append(rate)
             views: Dict[str, Dict[str, Any]] = {}  # host -> its node's paths of each peer
             for who, peer in ((LAPTOP, ROBOT), (ROBOT, LAPTOP)):
                 ev = next((e for e in reversed(self.rec.events) if e["ev"] == "peers" and e["node"] == node(who)
@@ -219,15 +223,12 @@ class Demo:
                        + (cam if who == LAPTOP else "")).rstrip(), flush=True)
             if until is not None and until(views.get(LAPTOP, {})):
                 break
-        start = rate_from() if rate_from else 0.0
-        used = [r for r in rates if r[0] - TICK_S >= start] or rates
-        raw, link_aware = (summary([r[i] for r in used])["mean"] if used else 0.0 for i in (1, 2))
-        return raw, link_aware
+        return summary(rates)["mean"] if rates else 0.0
 
     def teardown(self) -> None:
         """Always: stop the recorder and ROS processes by pid, unblock, take the lab down."""
         self.say("6/6 tearing down: ROS processes (by pid), tailscaled, Headscale, the run's namespaces")
-        for rec in (self.rec, self.rec_la):
+        for rec in (self.rec, self.rec_raw):
             if rec is not None:
                 _quietly(rec.stop)
         if self.lab is not None:
@@ -235,6 +236,21 @@ class Demo:
                 _quietly(lambda p=p: robots.stop(self.lab, p))
             _quietly(self.lab.down)
         self.say(f"done; logs kept in {self.workdir}")
+
+
+def stream_cells(row: Dict[str, Any], short: bool = False) -> str:
+    """One stream's rate, latency, bitrate and PSNR as the demo prints them (a quality probe's row)."""
+    def num(v: Optional[float], fmt: str) -> str:
+        return "?" if v is None else fmt.format(v)
+
+    p = row.get("psnr_mean")
+    psnr_s = "PSNR lossless" if p is not None and p >= 99 else f"PSNR {num(p, '{:.1f}')} dB"
+    if short:
+        return (f"{num(row.get('rate_hz'), '{:.1f}')} Hz, {num(row.get('latency_p50_ms'), '{:.0f}')} ms, "
+                f"{num((row.get('kbps') or 0) / 1000, '{:.1f}')} Mbit/s, {psnr_s}")
+    return (f"{num(row.get('rate_hz'), '{:5.1f}')} Hz, latency p50 {num(row.get('latency_p50_ms'), '{:5.0f}')} ms / "
+            f"p99 {num(row.get('latency_p99_ms'), '{:5.0f}')} ms, {num((row.get('kbps') or 0) / 1000, '{:6.1f}')} "
+            f"Mbit/s, {psnr_s}")
 
 
 def _fmt_s(v: Optional[float]) -> str:
@@ -256,7 +272,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     ap.add_argument("--spec", default=str(REPO_ROOT / "config" / "lab" / "two_buildings.yaml"),
                     help="lab spec with alpha-robot1 and alpha-laptop in two buildings (default: %(default)s)")
     ap.add_argument("--live", type=float, default=20.0, help="seconds of live table before blocking UDP")
-    ap.add_argument("--blocked", type=float, default=30.0, help="at most this many seconds with UDP blocked")
+    ap.add_argument("--blocked", type=float, default=30.0, help="at most this many seconds waiting for derp")
+    ap.add_argument("--stream", type=float, default=8.0, help="seconds each stream is measured alone on derp")
     args = ap.parse_args(argv)
     missing = missing_prerequisites()
     if missing:
@@ -268,7 +285,7 @@ def main(argv: Optional[List[str]] = None) -> int:
 
     signal.signal(signal.SIGTERM, on_term)
     workdir = Path(tempfile.mkdtemp(prefix="overlay-demo-"))
-    demo = Demo(args.spec, args.live, args.blocked, workdir)
+    demo = Demo(args.spec, args.live, args.blocked, workdir, args.stream)
     try:
         demo.run()
     except KeyboardInterrupt:

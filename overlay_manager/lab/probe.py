@@ -12,6 +12,8 @@ document from stdout. Every probe waits with a bounded timeout and says what it 
     probe nodes '{"ping": [[node, peer]...], "peers": {node: {peer: path|"*"}}}' -> pings, PeerLists
     probe control [--rate 50] [--seconds S]      Twist /cmd_vel -> /cmd_vel_echo round trip p50/p99
     probe record [--image T] [--node N]... [--seconds S]   JSON lines of events until SIGTERM
+    probe quality --stream raw|jpeg|h264:TOPIC ... --seconds S   rate, latency, bitrate, PSNR per stream
+    probe topics [--wait-for TOPIC]... [--timeout S]          the master's published topics
     probe pid NODE [--timeout S]                 the pid of a ROS node (C++ or Python), from its getPid
 
 Times: ``t`` values are CLOCK_MONOTONIC seconds (the same clock in every namespace, so the test
@@ -31,6 +33,7 @@ import time
 from typing import Any, Dict, List, Optional
 
 from ..stats import latency_stats, rate_stats
+from .scene import DEFAULT_FRAMES
 
 
 def to_dict(msg: Any) -> Any:
@@ -107,6 +110,18 @@ def main(argv: Optional[List[str]] = None) -> int:
     e.add_argument("--node", action="append", default=[], help="an overlay node: its ~peers paths, "
                    "~path_changes, ~status and its /diagnostics overlay entry")
     e.add_argument("--seconds", type=float, default=0.0, help="0 = until SIGTERM/SIGINT")
+    q = sub.add_parser("quality", help="camera streams as a viewer gets them: rate, latency, bitrate, PSNR "
+                                       "(probe_quality.py)")
+    q.add_argument("--stream", action="append", required=True, help="KIND:TOPIC, KIND raw|jpeg|h264 (repeat)")
+    q.add_argument("--seconds", type=float, default=8.0)
+    q.add_argument("--timeout", type=float, default=30.0, help="for every stream's first message")
+    q.add_argument("--video", default="", help="the camera's video file (default: the lab camera's)")
+    q.add_argument("--scene-frames", type=int, default=DEFAULT_FRAMES, help="frames of the video the camera loops")
+    q.add_argument("--psnr-every", type=int, default=1, help="PSNR of every N-th decoded picture")
+    q.add_argument("--frames", action="store_true", help="include every message's [t, index, latency, bytes, psnr]")
+    o = sub.add_parser("topics", help="published topics (name -> type), optionally after some appear")
+    o.add_argument("--wait-for", action="append", default=[], help="a topic that must be published (repeat)")
+    o.add_argument("--timeout", type=float, default=10.0)
     d = sub.add_parser("pid", help="the pid of a node (waits until it is registered and answers getPid)")
     d.add_argument("node")
     d.add_argument("--timeout", type=float, default=30.0)
@@ -188,9 +203,27 @@ def main(argv: Optional[List[str]] = None) -> int:
     if args.cmd == "record":
         from .probe_record import record
         return record(rospy, args)
+    if args.cmd == "quality":
+        from .probe_quality import quality
+        _out(quality(rospy, args))
+        return 0
+    if args.cmd == "topics":
+        return _topics(rospy, args.wait_for, args.timeout)
     return 2
 
 
+def _topics(rospy: Any, wanted: List[str], timeout: float) -> int:
+    """The master's published topics ({name: type}) once every ``wanted`` topic is among them, or
+    after ``timeout`` s (then ``missing`` lists the others; not a failure: callers ask whether a
+    stream exists)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        topics = dict(rospy.get_published_topics())
+        missing = [t for t in wanted if t not in topics]
+        if not missing or time.monotonic() >= deadline:
+            _out({"ok": True, "topics": topics, "missing": missing})
+            return 0
+        time.sleep(0.5)
 def _pid(node: str, timeout: float) -> int:
     """The node's pid from its slave API (getPid), through the master's lookupNode; no rospy node
     is started, so the probe itself adds nothing to the graph."""

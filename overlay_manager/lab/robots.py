@@ -83,7 +83,8 @@ def start_tool(lab: Lab, host: str, module_args: Sequence[str], name: str,
 
 def start_camera(lab: Lab, host: str, topic: str = "/camera/image_raw", rate_hz: float = 30.0,
                  width: int = 640, height: int = 480) -> subprocess.Popen:
-    """The lab camera (width x height rgb8 sensor_msgs/Image at rate_hz) on host."""
+    """The lab camera (width x height rgb8 sensor_msgs/Image at rate_hz, the real scene with each
+    frame's index in header.frame_id: rosnodes.py, scene.py) on host."""
     return start_tool(lab, host, ["rosnodes", "camera", "--topic", topic, "--rate", str(rate_hz),
                                   "--width", str(width), "--height", str(height)],
                       f"camera{topic.replace('/', '_')}")

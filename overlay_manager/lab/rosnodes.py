@@ -2,12 +2,16 @@
 
     python3 -m overlay_manager.lab.rosnodes camera [--topic /camera/image_raw] [--rate 30]
                                                    [--width 640] [--height 480]
+                                                   [--pattern scene|synthetic|gradient] [--video FILE]
     python3 -m overlay_manager.lab.rosnodes echo [--input /cmd_vel] [--output /cmd_vel_echo]
 
 ``camera`` publishes sensor_msgs/Image (rgb8, the size given) at a fixed rate with header.stamp
 set to the send time and header.seq counting frames, so a subscriber on another lab host (same
-machine clock) measures rate, gaps and latency. ``echo`` republishes every geometry_msgs/Twist it
-receives unchanged, so the sender measures the round trip (see probe.py ``control``).
+machine clock) measures rate, gaps and latency. By default it plays a real scene (scene.py: a
+video file scaled and looped, the frame's index in header.frame_id as ``camera#123``) so
+receivers also measure quality (PSNR against the source frame, probe_quality.py). ``echo``
+republishes every geometry_msgs/Twist it receives unchanged, so the sender measures the round
+trip (see probe.py ``control``).
 
 Both need the ROS env of the host (robots.start_tool runs them with ``overlay_env``'s output, the
 way a user starts a node on that machine) and stop on SIGINT/SIGTERM.
@@ -17,7 +21,10 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 from typing import List, Optional
+
+from .scene import DEFAULT_FRAMES, DEFAULT_VIDEO
 
 
 def textured_frames(width: int, height: int, count: int = 30) -> List[bytes]:
@@ -50,27 +57,46 @@ def gradient_frame(width: int, height: int) -> bytes:
     return b"".join(row[(y % 256):(y % 256) + width * 3] for y in range(height))
 
 
-def run_camera(topic: str, rate_hz: float, width: int, height: int, pattern: str = "gradient") -> None:
-    """Publish width x height rgb8 frames on topic at rate_hz until shutdown (pattern: gradient, or
-    textured for realistic JPEG sizes, see textured_frames)."""
+def run_camera(topic: str, rate_hz: float, width: int, height: int, pattern: str = "scene",
+               video: str = "", scene_frames: int = DEFAULT_FRAMES) -> None:
+    """Publish width x height rgb8 frames on topic at rate_hz until shutdown.
+
+    pattern ``scene`` (default): the first ``scene_frames`` frames of ``video``
+    (scene.DEFAULT_VIDEO when empty), scaled and looped, from the machine's shared cache
+    (scene.SceneFrames: decoded once, memory-mapped); header.frame_id = ``camera#<index in the video>``
+    (scene.tag_frame_id) so receivers compute PSNR against the source frame. ``synthetic``: a
+    moving random texture with real-camera JPEG sizes (textured_frames); ``gradient``: one plain
+    gradient. header.stamp is the send time (set just before publishing), header.seq counts frames.
+    """
     import rospy
     from sensor_msgs.msg import Image
 
+    from .scene import SceneFrames, tag_frame_id
+
     rospy.init_node("lab_camera", anonymous=True)
     pub = rospy.Publisher(topic, Image, queue_size=2)
-    if pattern == "textured":
+    scene = SceneFrames(Path(video) if video else DEFAULT_VIDEO, width, height, scene_frames) \
+        if pattern == "scene" else None
+    frames: List[bytes] = []
+    if pattern in ("synthetic", "textured"):
         frames = textured_frames(width, height)
-    else:
+    elif pattern == "gradient":
         frames = [gradient_frame(width, height)]
-    msg = Image(height=height, width=width, encoding="rgb8", is_bigendian=0, step=width * 3, data=frames[0])
+    msg = Image(height=height, width=width, encoding="rgb8", is_bigendian=0, step=width * 3)
     msg.header.frame_id = "camera"
     rate = rospy.Rate(rate_hz)
-    rospy.loginfo("camera: %dx%d rgb8 at %.1f Hz on %s", width, height, rate_hz, rospy.resolve_name(topic))
+    what = f"{video or DEFAULT_VIDEO} ({scene.count} frames from {scene.path}, looping)" if scene else pattern
+    rospy.loginfo("camera: %dx%d rgb8 at %.1f Hz on %s: %s", width, height, rate_hz, rospy.resolve_name(topic), what)
     seq = 0
     while not rospy.is_shutdown():
         seq += 1
         msg.header.seq = seq
-        msg.data = frames[seq % len(frames)]
+        if scene is not None:
+            index = (seq - 1) % scene.count
+            msg.data = scene.frame(index).tobytes()
+            msg.header.frame_id = tag_frame_id("camera", index)
+        else:
+            msg.data = frames[seq % len(frames)]
         msg.header.stamp = rospy.Time.now()
         pub.publish(msg)
         try:
@@ -100,14 +126,17 @@ def main(argv: Optional[List[str]] = None) -> int:
     c.add_argument("--rate", type=float, default=30.0, help="Hz")
     c.add_argument("--width", type=int, default=640)
     c.add_argument("--height", type=int, default=480)
-    c.add_argument("--pattern", choices=["gradient", "textured"], default="gradient",
-                   help="textured: moving texture with real-camera JPEG sizes")
+    c.add_argument("--pattern", choices=["scene", "synthetic", "textured", "gradient"], default="scene",
+                   help="scene: a real video (--video), frame index in header.frame_id; synthetic (or its "
+                        "older name textured): moving texture with real-camera JPEG sizes; gradient: one plain frame")
+    c.add_argument("--video", default="", help=f"video file for --pattern scene (default {DEFAULT_VIDEO})")
+    c.add_argument("--scene-frames", type=int, default=DEFAULT_FRAMES, help="loop the video's first N frames")
     e = sub.add_parser("echo", help="geometry_msgs/Twist echo")
     e.add_argument("--input", default="/cmd_vel")
     e.add_argument("--output", default="/cmd_vel_echo")
     args = ap.parse_args(argv)
     if args.cmd == "camera":
-        run_camera(args.topic, args.rate, args.width, args.height, args.pattern)
+        run_camera(args.topic, args.rate, args.width, args.height, args.pattern, args.video, args.scene_frames)
     else:
         run_echo(args.input, args.output)
     return 0

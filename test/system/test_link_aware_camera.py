@@ -2,14 +2,16 @@
 
     b1 (eim-adpf, UDP blocked, uplink tbf 30 Mbit/s)          b2 (eim-adpf)
       robot1: roscore, robot.launch camera_topics:=/camera/image_raw,      laptop: robot.launch,
-              lab camera 640x480 rgb8 30 Hz (textured), Twist echo                probes
+              lab camera 640x480 rgb8 30 Hz (real scene), Twist echo              probes
                          \\__________ tailscale, relayed through DERP __________/
 
 With UDP blocked at b1 every robot1 <-> laptop link is derp; b1's uplink limited to 30 Mbit/s
 stands for a relayed campus link. In the same run the laptop subscribes to the raw topic
 (221 Mbit/s of rgb8: it cannot arrive at 30 Hz) and then to the link-aware <topic>/compressed:
-at least 25 Hz (the bench goal is 29 Hz; the margin keeps CI on 2 shared cores deterministic),
-while the encoder's stream_state names the laptop on derp with a budget. The Twist round trip
+at least 25 Hz (the bench goal is 29 Hz; the margin keeps CI on 2 shared cores deterministic)
+with every picture decodable and its PSNR against the source frame at least 30 dB (a wrong or
+broken frame gives 15-25 dB on this scene), while the encoder's stream_state names the laptop on
+derp with a budget. The Twist round trip
 while the compressed camera streams is printed (the bench reports it against its goal).
 """
 from __future__ import annotations
@@ -21,7 +23,7 @@ from typing import Any, Dict
 
 import pytest
 
-from overlay_manager.lab import robots
+from overlay_manager.lab import camera_streams, robots
 from overlay_manager.lab.spec import Impairment
 from overlay_manager.ros_names import overlay_node
 
@@ -40,7 +42,7 @@ MEASURED: Dict[str, Any] = {}
 
 @pytest.fixture(scope="module")
 def relayed(two_buildings_lab):
-    """robot.launch with the link-aware camera on robot1 (master) and on laptop, the textured
+    """robot.launch with the link-aware camera on robot1 (master) and on laptop, the scene
     camera and the Twist echo on robot1; then UDP blocked at b1 and its uplink at 30 Mbit/s
     until both nodes report derp. Everything is undone and stopped by pid at the end."""
     lab = two_buildings_lab
@@ -50,8 +52,7 @@ def relayed(two_buildings_lab):
         robots.peers(lab, ROBOT, timeout=90, node=N_ROBOT)
         procs.append(robots.start_robot(lab, LAPTOP, master=False))
         robots.peers(lab, LAPTOP, min_peers=1, timeout=120, node=N_LAPTOP)
-        procs.append(robots.start_tool(lab, ROBOT, ["rosnodes", "camera", "--topic", RAW, "--pattern", "textured"],
-                                       "camera_textured"))
+        procs.append(robots.start_camera(lab, ROBOT, RAW))
         procs.append(robots.start_echo(lab, ROBOT))
         lab.block_udp(B1)
         lab.impair(B1, Impairment(rate_mbit=UPLINK_MBIT))
@@ -74,10 +75,9 @@ def relayed(two_buildings_lab):
 
 
 def _rate(lab, topic: str, typ: str, seconds: float = MEASURE_S) -> Dict[str, Any]:
-    res = robots.run_probe(lab, LAPTOP, ["rate", topic, typ, "--seconds", str(seconds), "--timeout", "60"],
-                           timeout=seconds + 90)
-    return {k: res.get(k) for k in ("count", "rate_hz", "span_rate_hz", "max_gap_s", "latency_p50_ms",
-                                    "latency_p99_ms")}
+    kind = "raw" if typ == "sensor_msgs/Image" else "jpeg"
+    res = camera_streams.quality(lab, LAPTOP, [(kind, topic)], seconds)
+    return {k: v for k, v in camera_streams.stream_row(res["streams"][topic]).items() if k != "errors"}
 
 
 def test_raw_topic_falls_short_on_the_limited_relayed_path(relayed):
@@ -128,6 +128,8 @@ def test_link_aware_camera_keeps_full_rate_on_the_same_path(relayed):
     assert st["budget_kbps"] is not None and st["limited_by"] == LAPTOP, st
     assert st["bitrate_kbps"] <= st["budget_kbps"] * 1.25, st
     assert rate["rate_hz"] >= MIN_LINK_AWARE_HZ, rate
+    assert rate["undecodable"] == 0 and rate["no_index"] == 0, rate
+    assert rate["psnr_frames"] and rate["psnr_mean"] >= 30.0, rate
     raw = MEASURED.get("raw")
     if raw:
         assert rate["rate_hz"] > raw["rate_hz"], (rate, raw)

@@ -4,7 +4,7 @@ import time
 
 import pytest
 
-from overlay_manager.lab import bench_camera
+from overlay_manager.lab import bench_camera, bench_fleet, camera_streams
 from overlay_manager.lab.bench import imp_label, impairments
 from overlay_manager.lab.bench_report import replot, write_report
 from overlay_manager.lab.demo import ROBOT, PathSeen
@@ -16,11 +16,15 @@ CAMERA_RUN = {
     "columns": ["direct", "derp"],
     "results": {
         "direct": {"control_idle": {"rtt_p50_ms": 1.8, "rtt_p99_ms": 12.2},
-                   "raw": {"rate_hz": 29.9, "latency_p50_ms": 20.0, "latency_p99_ms": 40.0,
-                           "bytes_per_s": 27.6e6, "control": {"rtt_p50_ms": 2.0, "rtt_p99_ms": 9.0}},
+                   "raw": {"rate_hz": 29.9, "latency_p50_ms": 20.0, "latency_p99_ms": 40.0, "psnr_mean": 99.0,
+                           "psnr_p5": 99.0, "bytes_per_s": 27.6e6, "control": {"rtt_p50_ms": 2.0, "rtt_p99_ms": 9.0}},
                    "link-aware": {"rate_hz": 30.0, "latency_p50_ms": 10.0, "latency_p99_ms": 20.0,
+                                  "psnr_mean": 36.04, "psnr_p5": 35.0,
                                   "bytes_per_s": 1e6, "encoder_cpu_pct": 12.5,
-                                  "state": {"quality": 80, "rate_hz": 30.0}}},
+                                  "state": {"quality": 80, "rate_hz": 30.0}},
+                   "h264": {"rate_hz": 30.0, "latency_p50_ms": 8.0, "latency_p99_ms": 15.0, "psnr_mean": 41.2,
+                            "psnr_p5": 40.1, "bytes_per_s": 0.25e6, "encoder_cpu_pct": 4.0,
+                            "state": {"quality": None, "rate_hz": 30.0}}},
         "derp": {"control_idle": {"rtt_p50_ms": 3.0, "rtt_p99_ms": 30.0},
                  "raw": {"rate_hz": 2.0, "latency_p50_ms": None, "latency_p99_ms": None},
                  "link-aware 8": {"rate_hz": 29.0, "latency_p50_ms": 50.0, "latency_p99_ms": 90.0,
@@ -56,19 +60,48 @@ def test_replot_rerenders_without_touching_the_json(tmp_path, capsys):
 
 def test_camera_markdown_rows():
     md = bench_camera.render_markdown(CAMERA_RUN).splitlines()
-    assert "| direct | (no camera) | - | - | 1.8 / 12.2 | - | - | - |" in md
-    assert "| direct | raw | 29.9 | 20 / 40 | 2.0 / 9.0 | 27.60 | - | - |" in md
-    assert "| direct | link-aware | 30.0 | 10 / 20 | - / - | 1.00 | 12.5 | q80, 30 Hz |" in md
-    assert "| derp | link-aware, budget 8 Mbit/s | 29.0 | 50 / 90 | - / - | 0.90 | - | - |" in md
-    assert "| derp | raw | 2.0 | - / - | - / - | 0.00 | - | - |" in md
+    assert "| direct | (no camera) | - | - | - | 1.8 / 12.2 | - | - | - |" in md
+    assert "| direct | raw | 29.9 | lossless / lossless | 20 / 40 | 2.0 / 9.0 | 220.80 | - | - |" in md
+    assert "| direct | link-aware JPEG | 30.0 | 36.0 / 35.0 | 10 / 20 | - / - | 8.00 | 12.5 | q80, 30 Hz |" in md
+    assert "| direct | link-aware H.264 | 30.0 | 41.2 / 40.1 | 8 / 15 | - / - | 2.00 | 4.0 | 30 Hz |" in md
+    assert "| derp | link-aware JPEG, budget 8 Mbit/s | 29.0 | - / - | 50 / 90 | - / - | 7.20 | - | - |" in md
+    assert "| derp | raw | 2.0 | - / - | - / - | - / - | 0.00 | - | - |" in md
     assert md[-1] == "Not measured: peer-relay: timed out"
+
+
+def test_stream_labels():
+    assert bench_camera.stream_label("raw") == "raw"
+    assert bench_camera.stream_label("link-aware") == "link-aware JPEG"
+    assert bench_camera.stream_label("h264 8") == "link-aware H.264, budget 8 Mbit/s"
 
 
 def test_encoder_cpu_counts_only_busy_seconds():
     samples = [(0.0, 1.0), (1.0, 1.005), (2.0, 1.505), (3.0, None), (4.0, 2.0), (5.0, 2.25)]
     # busy: 1->2 s (0.5 s of CPU) and 4->5 s (0.25 s); idle and vanished intervals are left out
-    assert bench_camera._active_cpu_pct(samples) == pytest.approx(37.5)
-    assert bench_camera._active_cpu_pct([(0.0, 1.0), (1.0, 1.001)]) is None
+    assert camera_streams.active_cpu_pct(samples) == pytest.approx(37.5)
+    assert camera_streams.active_cpu_pct([(0.0, 1.0), (1.0, 1.001)]) is None
+
+
+def test_stream_topics_prefer_the_transports():
+    raw = "/alpha_robot1/camera/image_raw"
+    assert camera_streams.pick_streams(raw, [raw, raw + "/compressed"]) == {"raw": raw, "jpeg": raw + "/compressed"}
+    assert camera_streams.pick_streams(raw, [raw, raw + "/compressed", raw + "/link_aware",
+                                             raw + "/link_aware_h264"]) == {
+        "raw": raw, "jpeg": raw + "/link_aware", "h264": raw + "/link_aware_h264"}
+    assert camera_streams.pick_streams(raw, ["/other/camera/image_raw/link_aware_h264"]) == {"raw": raw}
+
+
+def test_fleet_episode_check():
+    # 30 Hz frames: 40 dB before, 30 dB during the episode (t 10..15), back to 39.5 after
+    frames = [[t / 30, t, 10.0, 5000, 40.0 if t / 30 < 10 else (30.0 if t / 30 < 16 else 39.5)]
+              for t in range(0, 30 * 25)]
+    ok = bench_fleet.episode_check(frames, 10.0, 15.0, settle_s=1.0, margin_db=4.0)
+    assert ok["psnr_mean_before"] == 40.0 and ok["psnr_min_during"] == 30.0 and ok["psnr_min_after"] == 39.5
+    assert ok["ok"] is True and ok["rate_hz_during"] == pytest.approx(30.0, abs=0.5)
+    frames[-10][4] = 20.0  # one broken picture after the episode
+    bad = bench_fleet.episode_check(frames, 10.0, 15.0, settle_s=1.0, margin_db=4.0)
+    assert bad["ok"] is False and bad["psnr_min_after"] == 20.0
+    assert bench_fleet.episode_check([], 10.0, 15.0)["ok"] is None
 
 
 def test_sweep_steps_and_labels():
@@ -87,3 +120,39 @@ def test_demo_path_seen_waits_for_the_path_then_the_hold():
     assert seen.seen_at() == pytest.approx(since + seen.after_s)
     seen.since -= 10.0  # as if 10 s had passed
     assert seen({ROBOT: ("direct", 1.0, "")})  # held long enough, whatever the path now
+
+
+def test_demo_stream_cells():
+    from overlay_manager.lab.demo import stream_cells
+
+    row = {"rate_hz": 30.0, "latency_p50_ms": 12.4, "latency_p99_ms": 40.2, "kbps": 7600.0, "psnr_mean": 36.04}
+    assert stream_cells(row, short=True) == "30.0 Hz, 12 ms, 7.6 Mbit/s, PSNR 36.0 dB"
+    assert stream_cells(row) == " 30.0 Hz, latency p50    12 ms / p99    40 ms,    7.6 Mbit/s, PSNR 36.0 dB"
+    raw = {"rate_hz": 16.1, "latency_p50_ms": 362.0, "latency_p99_ms": None, "kbps": 118700.0, "psnr_mean": 99.0}
+    assert stream_cells(raw, short=True) == "16.1 Hz, 362 ms, 118.7 Mbit/s, PSNR lossless"
+    assert "p99 ? ms" in stream_cells(raw)
+
+
+def test_fleet_markdown_and_goals():
+    def stream(rate, psnr, p99, kbps):
+        return {"rate_hz": rate, "psnr_mean": psnr, "psnr_p5": psnr - 1 if psnr < 99 else psnr,
+                "latency_p50_ms": 20.0, "latency_p99_ms": p99, "kbps": kbps}
+    robots = ["alpha-robot1", "alpha-robot2"]
+    data = {"meta": {"date": "2026-11-25 16:00", "seconds_per_kind": 10, "uplink_mbit": 30, "budget_kbps": 6000,
+                     "cores": 2, "load_start": [3.0, 2.0, 1.0], "load_end": [4.0, 3.0, 2.0], "image": "scene",
+                     "control_hz": 50, "robots": robots, "viewer": "ops-laptop", "kinds": ["raw", "h264"],
+                     "goals": bench_fleet.GOALS, "episode_margin_db": 4.0, "run_seconds": 200, "errors": []},
+            "results": {"raw": {"streams": {r: stream(3.0, 99.0, 900.0, 22000.0) for r in robots},
+                                "control": {r: {"rtt_p50_ms": 40.0, "rtt_p99_ms": 400.0} for r in robots},
+                                "encoder_cpu_pct": {r: None for r in robots}},
+                        "h264": {"streams": {"alpha-robot1": stream(30.0, 40.0, 60.0, 2500.0),
+                                             "alpha-robot2": stream(29.5, 37.5, 70.0, 2400.0)},
+                                 "control": {r: {"rtt_p50_ms": 5.0, "rtt_p99_ms": 30.0} for r in robots},
+                                 "encoder_cpu_pct": {r: 6.0 for r in robots}}},
+            "episode": {}}
+    assert bench_fleet.goal_check(data["results"]["h264"]) == {"rate_hz": True, "psnr_mean": False,
+                                                               "latency_p99_ms": True, "rtt_p99_ms": True}
+    md = bench_fleet.render_markdown(data).splitlines()
+    assert "| raw rgb8 | alpha-robot1 | 3.0 | lossless / lossless | 20 / 900 | 22.00 | 40.0 / 400.0 | - |" in md
+    assert "| link-aware H.264 | alpha-robot2 | 29.5 | 37.5 / 36.5 | 20 / 70 | 2.40 | 5.0 / 30.0 | 6.0 |" in md
+    assert any(line.startswith("Goals for link-aware H.264") and "psnr_mean NOT met" in line for line in md)
