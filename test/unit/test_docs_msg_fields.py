@@ -1,4 +1,4 @@
-"""Every message field the README's topic table names for ``~peers`` (Peer) and
+"""Every message field docs/node.md's topic table names for ``~peers`` (Peer) and
 ``~path_changes`` (PathChange) exists in the .msg file, and every field of those messages is
 named there: the table is the users' field list, so it must not drift from the definitions."""
 
@@ -27,10 +27,10 @@ def msg_fields(name: str) -> Dict[str, str]:
 
 
 def topic_row(topic: str) -> str:
-    for line in (REPO / "README.md").read_text().splitlines():
+    for line in (REPO / "docs" / "node.md").read_text().splitlines():
         if line.startswith(f"| `{topic}` |"):
             return line
-    raise AssertionError(f"README.md has no topic table row for {topic}")
+    raise AssertionError(f"docs/node.md has no topic table row for {topic}")
 
 
 def named_fields(row: str) -> List[str]:
@@ -65,11 +65,11 @@ def test_readme_field_lists_match_the_msg_files(topic: str, msg: str) -> None:
     seen: Set[str] = set()
     for n in named:
         head, _, sub = n.partition(".")
-        assert head in fields, f"README's {topic} row names {n!r}, which {msg}.msg does not have ({sorted(fields)})"
+        assert head in fields, f"docs/node.md's {topic} row names {n!r}, which {msg}.msg does not have ({sorted(fields)})"
         if sub:  # header.stamp
             assert fields[head] == "Header" and sub in ("stamp", "seq", "frame_id"), n
         seen.add(head)
-    assert set(fields) - seen == set(), f"{msg}.msg fields missing from README's {topic} row: {set(fields) - seen}"
+    assert set(fields) - seen == set(), f"{msg}.msg fields missing from docs/node.md's {topic} row: {set(fields) - seen}"
 
 
 def test_named_fields_parser() -> None:
