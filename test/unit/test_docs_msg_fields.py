@@ -65,11 +65,11 @@ def test_readme_field_lists_match_the_msg_files(topic: str, msg: str) -> None:
     seen: Set[str] = set()
     for n in named:
         head, _, sub = n.partition(".")
-        assert head in fields, f"docs/node.md's {topic} row names {n!r}, which {msg}.msg does not have ({sorted(fields)})"
+        assert head in fields, f"node.md's {topic} row names {n!r}, which {msg}.msg does not have ({sorted(fields)})"
         if sub:  # header.stamp
             assert fields[head] == "Header" and sub in ("stamp", "seq", "frame_id"), n
         seen.add(head)
-    assert set(fields) - seen == set(), f"{msg}.msg fields missing from docs/node.md's {topic} row: {set(fields) - seen}"
+    assert set(fields) - seen == set(), f"{msg}.msg fields missing from node.md's {topic} row: {set(fields) - seen}"
 
 
 def test_named_fields_parser() -> None:
