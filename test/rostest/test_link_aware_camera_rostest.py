@@ -8,7 +8,11 @@ import pytest
 
 
 def _ros_env(tmp_path):
+    """The environment rostest runs with: the launch files name every node's address with
+    ROS_HOSTNAME, so ROS_IP / ROS_HOSTNAME left in this process by other tests are dropped."""
     env = dict(os.environ, ROS_HOME=str(tmp_path), ROS_LOG_DIR=str(tmp_path / "log"))
+    for leftover in ("ROS_IP", "ROS_HOSTNAME", "ROS_MASTER_URI"):
+        env.pop(leftover, None)
     env["PATH"] = "/usr/bin:/bin:/usr/sbin:/sbin:" + env.get("PATH", "")
     return env
 
