@@ -32,17 +32,7 @@ def derp_region_names(derp_map: Mapping[str, Any]) -> Dict[int, Tuple[str, str]]
 
 def derp_regions(derp_map: Mapping[str, Any]) -> Dict[int, str]:
     """tailcfg.DERPMap dict -> {region id: region code}."""
-    out: Dict[int, str] = {}
-    regions = derp_map.get("Regions")
-    if isinstance(regions, dict):
-        for key, reg in regions.items():
-            if isinstance(reg, dict):
-                try:
-                    rid = int(reg.get("RegionID", key))
-                except (TypeError, ValueError, OverflowError):
-                    continue
-                out[rid] = _str(reg, "RegionCode") or str(rid)
-    return out
+    return {rid: code for rid, (code, _name) in derp_region_names(derp_map).items()}
 
 
 
