@@ -46,24 +46,13 @@ def test_h264_codec_gtest():
 
 
 @pytest.mark.skipif(shutil.which("rostest") is None, reason="rostest not installed (scripts/setup)")
-def test_link_aware_camera_rostest(tmp_path):
-    proc = subprocess.run(["rostest", "overlay_manager", "link_aware_camera.test"], capture_output=True, text=True,
-                          env=_ros_env(tmp_path), timeout=240, check=False)
+@pytest.mark.parametrize("launch, timeout_s", [
+    ("link_aware_camera.test", 240),     # encoder/decoder nodes, paths from a fake ~peers
+    ("link_aware_transport.test", 240),  # the image_transport plugins beside a /compressed publisher
+    ("link_aware_h264.test", 300),       # the H.264 transport: late subscriber, bitrate, backlog
+])
+def test_link_aware_rostest(tmp_path, launch, timeout_s):
+    proc = subprocess.run(["rostest", "overlay_manager", launch], capture_output=True, text=True,
+                          env=_ros_env(tmp_path), timeout=timeout_s, check=False)
     tail = "\n".join((proc.stdout + proc.stderr).splitlines()[-80:])
-    assert proc.returncode == 0 and "RESULT: SUCCESS" in proc.stdout, f"rostest link_aware_camera failed:\n{tail}"
-
-
-@pytest.mark.skipif(shutil.which("rostest") is None, reason="rostest not installed (scripts/setup)")
-def test_link_aware_transport_rostest(tmp_path):
-    proc = subprocess.run(["rostest", "overlay_manager", "link_aware_transport.test"], capture_output=True,
-                          text=True, env=_ros_env(tmp_path), timeout=240, check=False)
-    tail = "\n".join((proc.stdout + proc.stderr).splitlines()[-80:])
-    assert proc.returncode == 0 and "RESULT: SUCCESS" in proc.stdout, f"rostest link_aware_transport failed:\n{tail}"
-
-
-@pytest.mark.skipif(shutil.which("rostest") is None, reason="rostest not installed (scripts/setup)")
-def test_link_aware_h264_rostest(tmp_path):
-    proc = subprocess.run(["rostest", "overlay_manager", "link_aware_h264.test"], capture_output=True,
-                          text=True, env=_ros_env(tmp_path), timeout=300, check=False)
-    tail = "\n".join((proc.stdout + proc.stderr).splitlines()[-80:])
-    assert proc.returncode == 0 and "RESULT: SUCCESS" in proc.stdout, f"rostest link_aware_h264 failed:\n{tail}"
+    assert proc.returncode == 0 and "RESULT: SUCCESS" in proc.stdout, f"rostest {launch} failed:\n{tail}"
