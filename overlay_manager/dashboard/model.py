@@ -20,7 +20,7 @@ from typing import Any, Callable, Dict, List, Optional
 import rospy
 from python_qt_binding.QtCore import QObject, QTimer, Signal
 
-from overlay_manager.dashboard import format as fmt
+from overlay_manager.dashboard import text as fmt
 from overlay_manager.dashboard.state import (
     DEFAULT_NODE,
     Freshness,

@@ -14,7 +14,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 from python_qt_binding.QtCore import QPoint, Qt
 from python_qt_binding.QtWidgets import QAction, QMenu, QTableWidget, QToolButton, QWidget
 
-from overlay_manager.dashboard import format as fmt
+from overlay_manager.dashboard import text as fmt
 from overlay_manager.dashboard.cells import PathTable, background_name, item
 
 # (key, header, tooltip); keys are what the settings store.

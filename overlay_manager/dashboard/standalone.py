@@ -25,7 +25,7 @@ from python_qt_binding.QtWidgets import QApplication, QMainWindow
 
 from overlay_manager.dashboard.model import OverlayModel
 from overlay_manager.dashboard.widget import SETTING_KEYS, OverlayDashboardWidget
-from overlay_manager.files import atomic_write
+from overlay_manager.system.files import atomic_write
 
 SETTINGS_ORG = "overlay_manager"
 SETTINGS_APP = "dashboard"
@@ -92,7 +92,7 @@ class DashboardWindow(QMainWindow):
         return state
 
     def write_dump(self, path: str) -> None:
-        """Write dump_state() as JSON to path (overlay_manager.files.atomic_write)."""
+        """Write dump_state() as JSON to path (overlay_manager.system.files.atomic_write)."""
         state = self.dump_state()
         state["pid"] = os.getpid()
         try:

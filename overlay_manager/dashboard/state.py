@@ -16,7 +16,7 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Deque, Dict, Iterable, List, Optional, Tuple
 
-from overlay_manager.dashboard.format import rate_from_counters
+from overlay_manager.dashboard.text import rate_from_counters
 
 PEER_LIST_TYPE = "overlay_manager/PeerList"
 PEERS_TOPIC = "peers"

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from overlay_manager.dashboard import format as fmt
+from overlay_manager.dashboard import text as fmt
 from overlay_manager.dashboard.cells import coloured
 
 #: the labels :func:`show_status` fills (``<name>_value`` in the .ui file)

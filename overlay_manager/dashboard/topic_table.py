@@ -13,7 +13,7 @@ from typing import Any, Dict, List, Sequence
 from python_qt_binding.QtCore import Qt
 from python_qt_binding.QtWidgets import QLabel, QTableWidget
 
-from overlay_manager.dashboard import format as fmt
+from overlay_manager.dashboard import text as fmt
 from overlay_manager.dashboard import topics as tv
 from overlay_manager.dashboard.cells import PathTable, item
 

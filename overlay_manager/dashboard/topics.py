@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Iterable, List, Optional, Tuple
 
-from overlay_manager.dashboard import format as fmt
+from overlay_manager.dashboard import text as fmt
 
 # (key, header, tooltip); keys are what snapshot() reports.
 TOPIC_COLUMNS: Tuple[Tuple[str, str, str], ...] = (

@@ -23,7 +23,7 @@ from python_qt_binding.QtCore import Qt, QTimer
 from python_qt_binding.QtGui import QBrush, QColor
 from python_qt_binding.QtWidgets import QListWidgetItem, QWidget
 
-from overlay_manager.dashboard import format as fmt
+from overlay_manager.dashboard import text as fmt
 from overlay_manager.dashboard import topics as tv
 from overlay_manager.dashboard.cells import (
     coloured,

@@ -10,12 +10,12 @@ Public API (see docs/ARCHITECTURE.md, "Contracts between modules")::
     renew_server_cert(dep, fleet)                # server certificate from the same CA (atomic)
 """
 
-from .bundle import ensure_key, robot_config, write_bundle
-from .config import FleetConfig, FleetError, Host, Team, load_fleet, load_fleet_dict
-from .deploy import Deployment, apply_policy, init_deployment, renew_server_cert
-from .headscale import HeadscaleCLI, find_headscale
-from .ops import fleet_status, revoke, rotate
-from .policy import generate_policy, render_policy
+from overlay_manager.fleet.bundle import ensure_key, robot_config, write_bundle
+from overlay_manager.fleet.config import FleetConfig, FleetError, Host, Team, load_fleet, load_fleet_dict
+from overlay_manager.fleet.deploy import Deployment, apply_policy, init_deployment, renew_server_cert
+from overlay_manager.fleet.headscale import HeadscaleCLI, find_headscale
+from overlay_manager.fleet.ops import fleet_status, revoke, rotate
+from overlay_manager.fleet.policy import generate_policy, render_policy
 
 __all__ = [
     "Deployment", "FleetConfig", "FleetError", "HeadscaleCLI", "Host", "Team", "apply_policy",

@@ -21,13 +21,13 @@ from typing import Any, Dict, List, Optional, Tuple, Union
 
 import yaml
 
-from ..files import atomic_write
-from . import tls
-from .config import FleetConfig, FleetError
-from .deploy import Deployment, write_atomic
-from .derp import DerpServer, derper_unit, robot_derper_key, servers_on, template_path
-from .headscale import HeadscaleCLI, Node, PreAuthKey
-from .relays import robot_relay_key
+from overlay_manager.fleet import tls
+from overlay_manager.fleet.config import FleetConfig, FleetError
+from overlay_manager.fleet.deploy import Deployment
+from overlay_manager.fleet.derp import DerpServer, derper_unit, robot_derper_key, servers_on, template_path
+from overlay_manager.fleet.headscale import HeadscaleCLI, Node, PreAuthKey
+from overlay_manager.fleet.relays import robot_relay_key
+from overlay_manager.system.files import atomic_write, write_text
 
 #: A recorded key is reused only if it stays usable at least this long (seconds).
 REUSE_MARGIN_S = 600.0
@@ -59,8 +59,8 @@ class KeyRecord:
 
 def _write_secret(path: Path, secret: str) -> None:
     """Write ``secret`` + newline to ``path`` with mode 0600 from the first byte (atomic:
-    overlay_manager.files.atomic_write sets the temporary file's mode before writing)."""
-    write_atomic(path, secret + "\n", 0o600)
+    overlay_manager.system.files.atomic_write sets the temporary file's mode before writing)."""
+    write_text(path, secret + "\n", 0o600)
 
 
 def _read_record(dep: Deployment, host: str) -> Optional[Dict[str, Any]]:
@@ -117,7 +117,7 @@ def ensure_key(dep: Deployment, fleet: FleetConfig, host: str, *, force_new: boo
                                              reusable=fleet.keys.reusable)
         _write_secret(secret_path, secret)
         del secret
-        write_atomic(dep.keys_dir / f"{h.name}.json", json.dumps({
+        write_text(dep.keys_dir / f"{h.name}.json", json.dumps({
             "host": h.name, "id": new.id, "tags": list(new.tags),
             "expiration": new.expiration.isoformat() if new.expiration else None,
         }, indent=2) + "\n", 0o600)
@@ -173,7 +173,7 @@ def write_bundle(deployment: Deployment, fleet: FleetConfig, host: str, outdir: 
                  *, overrides: Optional[Dict[str, Any]] = None, force_new_key: bool = False) -> Path:
     """Write the enrolment bundle of ``host`` into ``outdir``; return the robot.yaml path.
 
-    Files: ``robot.yaml`` (loadable by overlay_manager.config.load_robot_config; relative
+    Files: ``robot.yaml`` (loadable by overlay_manager.core.config.load_robot_config; relative
     paths), ``ca.crt`` (when the server uses a CA) and ``auth.key`` (mode 0600). Needs the
     deployment's headscale running (pre-auth keys are created through its CLI). Idempotent:
     see :func:`ensure_key`.
@@ -216,7 +216,7 @@ def write_bundle(deployment: Deployment, fleet: FleetConfig, host: str, outdir: 
               f"# auth.key: pre-auth key id {rec.id}, tags {', '.join(rec.tags)}, "
               f"usable until {exp}.\n")
     path = out / "robot.yaml"
-    write_atomic(path, header + yaml.safe_dump(cfg, sort_keys=False), 0o644)
+    write_text(path, header + yaml.safe_dump(cfg, sort_keys=False), 0o644)
     return path
 
 
@@ -243,7 +243,7 @@ def derper_credentials(dep: Deployment, fleet: FleetConfig, server: DerpServer) 
     if fleet.derp_regions[server.region].meshed:
         mesh = dep.root / "derp" / f"{server.region}.meshkey"
         if not mesh.exists():
-            write_atomic(mesh, secrets.token_hex(32) + "\n", 0o600)
+            write_text(mesh, secrets.token_hex(32) + "\n", 0o600)
     return crt, key, mesh
 
 
@@ -276,5 +276,5 @@ def write_derper_files(dep: Deployment, fleet: FleetConfig, server: DerpServer, 
     except KeyError as e:
         raise FleetError(str(e.args[0]), file=template, host=server.host) from None
     path = outdir / "derper.service"
-    write_atomic(path, unit, 0o644)
+    write_text(path, unit, 0o644)
     return path

@@ -4,7 +4,7 @@ The fleet file describes one overlay: its name and MagicDNS base domain, the Hea
 server (URL, listen addresses, TLS, embedded DERP/STUN), key lifetimes and the teams with their
 robots, base stations and operators. ``config/fleet.example.yaml`` is the commented reference.
 
-Every problem in the file is a :class:`~overlay_manager.validation.ConfigError` naming the file,
+Every problem in the file is a :class:`~overlay_manager.core.validation.ConfigError` naming the file,
 the key (dotted path) and, where it is about one machine, the host. Unknown and duplicate keys
 are errors, so typos do not silently fall back to defaults. :class:`FleetError` is for what goes
 wrong later (deployment, headscale, a host name given on the command line).
@@ -21,9 +21,9 @@ import re
 from pathlib import Path
 from typing import Any, Optional, Union
 
-from ..validation import MISSING, ConfigError, Reader, is_dns_label, is_domain, load_yaml, shorten
-from .derp import parse_derp_regions
-from .model import (
+from overlay_manager.core.validation import MISSING, ConfigError, Reader, is_dns_label, is_domain, load_yaml, shorten
+from overlay_manager.fleet.derp import parse_derp_regions
+from overlay_manager.fleet.model import (
     ROLE_TAGS,
     ROLES,
     DerpConfig,
@@ -35,9 +35,9 @@ from .model import (
     Team,
     TlsConfig,
 )
-from .relays import parse_relays
-from .server import load_server
-from .teams import load_teams
+from overlay_manager.fleet.relays import parse_relays
+from overlay_manager.fleet.server import load_server
+from overlay_manager.fleet.teams import load_teams
 
 __all__ = [
     "ROLES", "ROLE_TAGS", "ConfigError", "DerpConfig", "FleetConfig", "FleetError", "Host", "KeysConfig",

@@ -37,20 +37,13 @@ from urllib.parse import urlsplit
 
 import yaml
 
-from ..files import atomic_write
-from ..validation import ConfigError, require_file
-from . import tls
-from .config import FleetConfig, FleetError
-from .derp import render_derp_map
-from .headscale import HeadscaleCLI, find_headscale
-from .policy import render_policy
-
-
-def write_atomic(path: Path, text: str, mode: int = 0o644) -> bool:
-    """Write ``text`` (UTF-8) to ``path`` with :func:`overlay_manager.files.atomic_write` (parent
-    directories created); return False if the file already held it (then only its mode is fixed)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    return atomic_write(path, text.encode("utf-8"), mode, only_if_changed=True)
+from overlay_manager.core.validation import ConfigError, require_file
+from overlay_manager.fleet import tls
+from overlay_manager.fleet.config import FleetConfig, FleetError
+from overlay_manager.fleet.derp import render_derp_map
+from overlay_manager.fleet.headscale import HeadscaleCLI, find_headscale
+from overlay_manager.fleet.policy import render_policy
+from overlay_manager.system.files import write_text
 
 
 @dataclass
@@ -368,12 +361,12 @@ def _write_deployment(fleet: FleetConfig, build: Path, root: Path, binary: str,
     header = (f"# headscale config of fleet '{fleet.name}', written by `fleet init` from "
               f"{fleet.path}.\n# Do not edit: rerun `fleet init` after changing the fleet file.\n")
     write_derp_map(build, fleet)
-    write_atomic(build / "config.yaml", header + yaml.safe_dump(cfg, sort_keys=False), 0o600)
+    write_text(build / "config.yaml", header + yaml.safe_dump(cfg, sort_keys=False), 0o600)
     if new or not dep.policy_path.exists():
-        write_atomic(build / "policy.hujson", render_policy(fleet), 0o644)
+        write_text(build / "policy.hujson", render_policy(fleet), 0o644)
     else:
         apply_policy(dep, fleet)
-    write_atomic(build / "deployment.json", json.dumps(dep.to_json(), indent=2) + "\n", 0o644)
+    write_text(build / "deployment.json", json.dumps(dep.to_json(), indent=2) + "\n", 0o644)
     return dep
 
 
@@ -438,7 +431,7 @@ def write_derp_map(root: Path, fleet: FleetConfig) -> bool:
             path.unlink()
             return True
         return False
-    return write_atomic(path, render_derp_map(fleet.derp_regions, fleet.path), 0o644)
+    return write_text(path, render_derp_map(fleet.derp_regions, fleet.path), 0o644)
 
 
 @dataclass(frozen=True)
@@ -469,7 +462,7 @@ def apply_policy(dep: Deployment, fleet: FleetConfig) -> PolicyResult:
     except OSError:
         pass
     new = dep.policy_path.with_name("policy.hujson.new")
-    write_atomic(new, text, 0o644)
+    write_text(new, text, 0o644)
     cli = dep.cli("checking a changed policy (`fleet policy`, `fleet init` of an existing deployment)")
     running = dep.server_pid() is not None or cli.health()
     try:

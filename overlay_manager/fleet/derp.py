@@ -46,7 +46,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
-from ..validation import MISSING, Reader, is_dns_label, is_domain, join_key, shorten
+from overlay_manager.core.validation import MISSING, Reader, is_dns_label, is_domain, join_key, shorten
 
 #: Label tag of every derper host (no rule grants anything to it but ICMP from the fleet).
 DERP_TAG = "tag:derp"

@@ -16,8 +16,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple, Union
 
-from ..validation import parse_rfc3339, redact
-from .config import FleetError
+from overlay_manager.core.validation import parse_rfc3339, redact
+from overlay_manager.fleet.config import FleetError
 
 #: Seconds one CLI call may take before it is abandoned.
 CLI_TIMEOUT_S = 30.0

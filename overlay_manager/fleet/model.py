@@ -12,8 +12,8 @@ from pathlib import Path
 from typing import Dict, List, Optional, Tuple, Union
 from urllib.parse import urlsplit
 
-from .derp import DerpRegion, derp_tags
-from .relays import Relay, relay_tags
+from overlay_manager.fleet.derp import DerpRegion, derp_tags
+from overlay_manager.fleet.relays import Relay, relay_tags
 
 #: Host roles, in the order they appear in a team.
 ROLES: Tuple[str, ...] = ("robot", "base_station", "operator")

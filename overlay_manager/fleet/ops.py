@@ -7,10 +7,10 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import List, Optional, Set, Tuple, Union
 
-from .bundle import nodes_named, read_key_record, write_bundle
-from .config import FleetConfig, FleetError
-from .deploy import Deployment
-from .headscale import HeadscaleCLI, Node
+from overlay_manager.fleet.bundle import nodes_named, read_key_record, write_bundle
+from overlay_manager.fleet.config import FleetConfig, FleetError
+from overlay_manager.fleet.deploy import Deployment
+from overlay_manager.fleet.headscale import HeadscaleCLI, Node
 
 
 @dataclass(frozen=True)

@@ -35,9 +35,9 @@ from __future__ import annotations
 import json
 from typing import Any, Dict, List
 
-from .config import ROLE_TAGS, FleetConfig
-from .derp import DERP_TAG
-from .relays import RELAY_CAP, RELAY_TAG
+from overlay_manager.fleet.config import ROLE_TAGS, FleetConfig
+from overlay_manager.fleet.derp import DERP_TAG
+from overlay_manager.fleet.relays import RELAY_CAP, RELAY_TAG
 
 
 def tag_owners(fleet: FleetConfig) -> List[str]:

@@ -25,9 +25,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Dict, List, Mapping, Tuple
 
-from ..peers import RELAY_TAG as PEERS_RELAY_TAG
-from ..relay import DEFAULT_RELAY_PORT, parse_addr_port
-from ..validation import MISSING, Reader, join_key, shorten
+from overlay_manager.core.config import DEFAULT_RELAY_PORT, parse_addr_port
+from overlay_manager.core.peers import RELAY_TAG as PEERS_RELAY_TAG
+from overlay_manager.core.validation import MISSING, Reader, join_key, shorten
 
 #: Tailscale capability that grants the use of a peer relay (policy ``grants[].app``).
 RELAY_CAP = "tailscale.com/cap/relay"

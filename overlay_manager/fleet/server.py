@@ -10,8 +10,8 @@ from pathlib import Path
 from typing import Any, Optional
 from urllib.parse import urlsplit
 
-from ..validation import MISSING, Reader, is_domain, shorten
-from .model import CA_DAYS, SERVER_CERT_DAYS, DerpConfig, ServerConfig, TlsConfig
+from overlay_manager.core.validation import MISSING, Reader, is_domain, shorten
+from overlay_manager.fleet.model import CA_DAYS, SERVER_CERT_DAYS, DerpConfig, ServerConfig, TlsConfig
 
 
 def load_server(r: Reader, raw: Any, base: Path) -> ServerConfig:

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, Tuple
 
-from ..validation import MISSING, Reader, is_dns_label, join_key, lower_case_hint, shorten, type_name
-from .model import ROLES, Host, Team
+from overlay_manager.core.validation import MISSING, Reader, is_dns_label, join_key, lower_case_hint, shorten, type_name
+from overlay_manager.fleet.model import ROLES, Host, Team
 
 _LABEL_HINT = "not a valid DNS label: use a-z, 0-9 and '-', 1 to 63 characters, not starting or ending with '-'"
 

@@ -29,8 +29,8 @@ from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 from urllib.parse import urlsplit
 
-from ..validation import Reader
-from .config import FleetConfig, FleetError
+from overlay_manager.core.validation import Reader
+from overlay_manager.fleet.config import FleetConfig, FleetError
 
 #: Re-issue the server certificate when it expires within this many seconds.
 RENEW_BEFORE_S = 30 * 86400

@@ -10,7 +10,7 @@ import re
 from pathlib import Path
 from typing import Dict, List, Optional
 
-from .model import FleetError
+from overlay_manager.fleet.model import FleetError
 
 TEMPLATE = "headscale.service.in"
 _FIELD = re.compile(r"@([A-Z_]+)@")

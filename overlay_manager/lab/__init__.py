@@ -12,9 +12,17 @@ Quick use (as root)::
 
 See docs/lab.md.
 """
-from .core import Lab, PingResult, down_all, leftover_runs, missing_prerequisites, parse_ping_output, tools_bin
-from .errors import CommandError, LabError, LabTimeout, SpecError
-from .spec import Impairment, LabSpec, NatKind, load_spec, parse_nat_kind
+from overlay_manager.lab.campus.core import (
+    Lab,
+    PingResult,
+    down_all,
+    leftover_runs,
+    missing_prerequisites,
+    parse_ping_output,
+    tools_bin,
+)
+from overlay_manager.lab.campus.errors import CommandError, LabError, LabTimeout, SpecError
+from overlay_manager.lab.campus.spec import Impairment, LabSpec, NatKind, load_spec, parse_nat_kind
 
 __all__ = [
     "CommandError", "Impairment", "Lab", "LabError", "LabSpec", "LabTimeout", "NatKind", "PingResult",

@@ -23,10 +23,10 @@ import subprocess
 import sys
 from typing import Optional, Sequence
 
-from ..validation import ConfigError
-from .core import Lab, down_all, leftover_runs, teardown_run
-from .errors import LabError
-from .spec import Impairment
+from overlay_manager.core.validation import ConfigError
+from overlay_manager.lab.campus.core import Lab, down_all, leftover_runs, teardown_run
+from overlay_manager.lab.campus.errors import LabError
+from overlay_manager.lab.campus.spec import Impairment
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -69,7 +69,7 @@ def _parser() -> argparse.ArgumentParser:
     pg.add_argument("peer", help="host to ping (short name)")
     dn = command("down", "tear a run down (also after a crash)")
     dn.add_argument("--all", action="store_true", help="every lab run and leftover on this machine")
-    from .matrix import add_arguments as matrix_arguments
+    from overlay_manager.lab.matrix.run import add_arguments as matrix_arguments
     matrix_arguments(command("nat-matrix", "tailscale path for every pair of NAT kinds (own run, a few minutes)"))
     return p
 
@@ -113,7 +113,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             print(f"tear down with: scripts/lab --run-id {lab.run_id} down")
             return 0
         if args.cmd == "nat-matrix":
-            from .matrix import main_from_args
+            from overlay_manager.lab.matrix.run import main_from_args
             return main_from_args(args)
         if args.cmd == "down":
             if args.all:

@@ -19,17 +19,15 @@ from typing import Callable, Dict, Iterator, Optional
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
-if str(REPO) not in sys.path:
-    sys.path.insert(0, str(REPO))
-ARTIFACTS = REPO / "artifacts"
+from overlay_manager.system import waiting
 
-from overlay_manager import waiting  # noqa: E402 - after the repository is on sys.path
+REPO = Path(__file__).resolve().parents[2]
+ARTIFACTS = REPO / "artifacts"
 
 
 def wait_for(what: str, predicate: Callable[[], bool], timeout: float,
              describe: Optional[Callable[[], str]] = None, step: float = 0.02) -> None:
-    """overlay_manager.waiting.wait_for that also processes Qt events (when an application
+    """overlay_manager.system.waiting.wait_for that also processes Qt events (when an application
     exists) before each check; a timeout fails the test with what was waited for."""
     app = None
     if "python_qt_binding" in sys.modules:

@@ -29,7 +29,6 @@ import os
 import secrets
 import shutil
 import subprocess
-import sys
 import tempfile
 from pathlib import Path
 from typing import Any, Dict, Iterator, List, Optional
@@ -37,21 +36,20 @@ from typing import Any, Dict, Iterator, List, Optional
 import pytest
 import yaml
 
-REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO))
+from overlay_manager.cli import fleet as fleet_cli
+from overlay_manager.core.config import load_robot_config
+from overlay_manager.core.peers import parse_status
+from overlay_manager.fleet.bundle import write_bundle
+from overlay_manager.fleet.config import load_fleet
+from overlay_manager.fleet.deploy import apply_policy, init_deployment
+from overlay_manager.fleet.ops import fleet_status, sync_tags
+from overlay_manager.system import children
+from overlay_manager.system.waiting import wait_for
+from overlay_manager.tailscaled.localapi import LocalAPI
+from overlay_manager.tailscaled.relay import apply_relay, read_relay_state
+from overlay_manager.tailscaled.status_json import StatusDecoder
 
-from overlay_manager import children  # noqa: E402
-from overlay_manager.config import load_robot_config  # noqa: E402
-from overlay_manager.fleet import cli as fleet_cli  # noqa: E402
-from overlay_manager.fleet.bundle import write_bundle  # noqa: E402
-from overlay_manager.fleet.config import load_fleet  # noqa: E402
-from overlay_manager.fleet.deploy import apply_policy, init_deployment  # noqa: E402
-from overlay_manager.fleet.ops import fleet_status, sync_tags  # noqa: E402
-from overlay_manager.peers import parse_status  # noqa: E402
-from overlay_manager.relay import apply_relay, read_relay_state  # noqa: E402
-from overlay_manager.status_json import StatusDecoder  # noqa: E402
-from overlay_manager.tailscale import LocalAPI  # noqa: E402
-from overlay_manager.waiting import wait_for  # noqa: E402 - bounded poll naming what it waits for
+REPO = Path(__file__).resolve().parents[2]
 
 BIN = REPO / ".tools" / "bin"
 HEADSCALE, TAILSCALE, TAILSCALED = BIN / "headscale", BIN / "tailscale", BIN / "tailscaled"

@@ -22,7 +22,6 @@ import os
 import shutil
 import socket
 import subprocess
-import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,15 +30,17 @@ from typing import Any, Callable, Dict, Iterator, List, Optional
 import pytest
 import yaml
 
-REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO))
+from overlay_manager.fleet import deploy as deploy_mod
+from overlay_manager.fleet.bundle import read_key_record, write_bundle
+from overlay_manager.fleet.config import FleetConfig, FleetError, load_fleet
+from overlay_manager.fleet.deploy import Deployment, apply_policy, init_deployment
+from overlay_manager.fleet.ops import fleet_status, revoke, rotate
+from overlay_manager.system import (
+    children,
+    waiting,
+)
 
-from overlay_manager import children, waiting  # noqa: E402
-from overlay_manager.fleet import deploy as deploy_mod  # noqa: E402
-from overlay_manager.fleet.bundle import read_key_record, write_bundle  # noqa: E402
-from overlay_manager.fleet.config import FleetConfig, FleetError, load_fleet  # noqa: E402
-from overlay_manager.fleet.deploy import Deployment, apply_policy, init_deployment  # noqa: E402
-from overlay_manager.fleet.ops import fleet_status, revoke, rotate  # noqa: E402
+REPO = Path(__file__).resolve().parents[2]
 
 BIN = REPO / ".tools" / "bin"
 HEADSCALE, TAILSCALE, TAILSCALED = BIN / "headscale", BIN / "tailscale", BIN / "tailscaled"
@@ -48,7 +49,7 @@ pytestmark = pytest.mark.skipif(bool(_missing), reason=f"needs {', '.join(_missi
 
 
 def wait_for(what: str, check: Callable[[], Any], timeout: float, log: Optional[Path] = None) -> Any:
-    """overlay_manager.waiting.wait_for every 0.2 s, with the tail of ``log`` as the last state."""
+    """overlay_manager.system.waiting.wait_for every 0.2 s, with the tail of ``log`` as the last state."""
     def tail() -> str:
         if log is None or not log.exists():
             return "no log"
@@ -195,9 +196,9 @@ def test_bundle_files_and_idempotency(server: Server) -> None:
 
 def test_robot_yaml_loads_with_node_config_loader(server: Server) -> None:
     try:
-        from overlay_manager.config import load_robot_config
+        from overlay_manager.core.config import load_robot_config
     except ImportError as e:
-        pytest.skip(f"overlay_manager.config not available: {e}")
+        pytest.skip(f"overlay_manager.core.config not available: {e}")
     cfg = load_robot_config(str(server.root / "bundles" / "alpha-robot1" / "robot.yaml"))
     assert cfg.hostname == "alpha-robot1"
     assert Path(cfg.auth_key_file) == server.root / "bundles" / "alpha-robot1" / "auth.key"
@@ -219,9 +220,9 @@ def test_enrol_from_bundle_and_status(server: Server) -> None:
     ts = start_tailscaled(server, "alpha-robot1")
     bundle = server.root / "bundles" / "alpha-robot1"
     try:
-        from overlay_manager.config import load_robot_config
-        from overlay_manager.enrolment import ensure_enrolled
-        from overlay_manager.tailscale import LocalAPI
+        from overlay_manager.core.config import load_robot_config
+        from overlay_manager.tailscaled.enrolment import ensure_enrolled
+        from overlay_manager.tailscaled.localapi import LocalAPI
     except ImportError:  # node code not there: enrol the way it would
         cfg = yaml.safe_load((bundle / "robot.yaml").read_text())
         res = ts.cli("up", f"--login-server={cfg['login_server']}", f"--auth-key=file:{bundle / 'auth.key'}",

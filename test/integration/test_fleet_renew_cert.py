@@ -9,12 +9,9 @@ import os
 import socket
 import ssl
 import subprocess
-import sys
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
-from test_fleet_headscale import (  # noqa: E402,F401 - server is a pytest fixture used by name
+from test_fleet_headscale import (  # noqa: F401 - server is a pytest fixture used by name
     REPO,
     TAILSCALE,
     Server,
@@ -26,8 +23,10 @@ from test_fleet_headscale import (  # noqa: E402,F401 - server is a pytest fixtu
     wait_for,
 )
 
-from overlay_manager.fleet import tls  # noqa: E402
-from overlay_manager.fleet.bundle import write_bundle  # noqa: E402
+from overlay_manager.fleet import tls
+from overlay_manager.fleet.bundle import write_bundle
+
+HERE = Path(__file__).resolve().parent
 
 HOST = "alpha-robot1"
 

@@ -22,12 +22,11 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO))
+from overlay_manager.system import files as F
+from overlay_manager.system import hosts as H
+from overlay_manager.system import mounts as M
 
-from overlay_manager import files as F  # noqa: E402
-from overlay_manager import hosts as H  # noqa: E402
-from overlay_manager import mounts as M  # noqa: E402
+REPO = Path(__file__).resolve().parents[2]
 
 HARNESS = REPO / "test" / "unit" / "hosts_kill.py"
 

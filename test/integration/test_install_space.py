@@ -90,8 +90,8 @@ def test_roslaunch_files_robot_launch(install):
     out = in_install(install, "roslaunch --files overlay_manager robot.launch config:=/nonexistent.yaml")
     assert out.returncode == 0, out.stderr
     assert str(install / "share" / "overlay_manager" / "launch" / "robot.launch") in out.stdout
-    out = in_install(install, "roslaunch --files overlay_manager monitor.launch gui:=false")
-    assert out.returncode == 0 and "monitor.launch" in out.stdout, out.stderr
+    out = in_install(install, "roslaunch --files overlay_manager diagnostics.launch gui:=false")
+    assert out.returncode == 0 and "diagnostics.launch" in out.stdout, out.stderr
     share = install / "share" / "overlay_manager" / "config"
     for f in ("analyzers.yaml", "systemd/overlay-env.service", "systemd/overlay-upkeep.service",
               "systemd/overlay-manager.service",

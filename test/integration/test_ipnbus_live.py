@@ -17,8 +17,8 @@ from typing import Iterator, List, Tuple
 
 import pytest
 
-from overlay_manager.ipnbus import BusWatcher
-from overlay_manager.waiting import tail, wait_for
+from overlay_manager.system.waiting import tail, wait_for
+from overlay_manager.tailscaled.ipnbus import BusWatcher
 
 REPO = Path(__file__).resolve().parents[2]
 BIN = REPO / ".tools" / "bin"

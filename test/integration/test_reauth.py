@@ -7,14 +7,10 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import yaml
-
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
-from test_fleet_headscale import (  # noqa: E402,F401 - server is a pytest fixture used by name
+from test_fleet_headscale import (  # noqa: F401 - server is a pytest fixture used by name
     REPO,
     TAILSCALE,
     Server,
@@ -24,8 +20,10 @@ from test_fleet_headscale import (  # noqa: E402,F401 - server is a pytest fixtu
     wait_for,
 )
 
-from overlay_manager.fleet.bundle import nodes_named, write_bundle  # noqa: E402
-from overlay_manager.fleet.ops import rotate  # noqa: E402
+from overlay_manager.fleet.bundle import nodes_named, write_bundle
+from overlay_manager.fleet.ops import rotate
+
+HERE = Path(__file__).resolve().parent
 
 HOST = "alpha-robot2"
 

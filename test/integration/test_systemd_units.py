@@ -5,7 +5,7 @@ fails without writing it.
 
 systemd is not PID 1 here: `systemd-analyze verify` checks the files offline (SYSTEMD_UNIT_PATH
 = a temp dir with the units, ahead of the system's), and the propagation graph is read from the
-files themselves (overlay_manager.lab.units, following systemd.unit(5)).
+files themselves (overlay_manager.lab.campus.units, following systemd.unit(5)).
 """
 import os
 import shutil
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from overlay_manager.lab import units as unitfiles
+from overlay_manager.lab.campus import units as unitfiles
 
 ROOT = Path(__file__).resolve().parents[2]
 UNITS = ROOT / "config" / "systemd"

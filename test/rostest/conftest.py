@@ -10,7 +10,7 @@ import subprocess
 import pytest
 from ros_graph import free_port, ros_env, stop_all
 
-from overlay_manager import waiting
+from overlay_manager.system import waiting
 
 
 @pytest.fixture(scope="module")

@@ -8,9 +8,9 @@ import os
 import sys
 import time
 
+from overlay_manager.testing.tsfake import FakeTailscaled
+
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, "..", "unit"))
-from tsfake import FakeTailscaled  # noqa: E402
 
 
 def main() -> None:

@@ -20,8 +20,8 @@ import rospy
 import rostest
 from sensor_msgs.msg import CompressedImage, Image
 
-from overlay_manager import waiting
 from overlay_manager.msg import Peer, PeerList, StreamState
+from overlay_manager.system import waiting
 
 RAW = "/camera/image_raw"
 RAW_PNG = "/camera_png/image_raw"  # the same frames, for the encoder with format png
@@ -31,7 +31,7 @@ BUDGET_DERP_KBPS = 4000.0  # link_aware_camera.test
 
 
 def wait_for(what, predicate, timeout=15.0):
-    """overlay_manager.waiting.wait_for every 0.05 s; a timeout fails the test (AssertionError)."""
+    """overlay_manager.system.waiting.wait_for every 0.05 s; a timeout fails the test (AssertionError)."""
     return waiting.wait_for(what, predicate, timeout, interval=0.05, error=AssertionError)
 
 

@@ -25,8 +25,8 @@ import rospy
 import rostest
 from sensor_msgs.msg import CompressedImage, Image
 
-from overlay_manager import waiting
 from overlay_manager.msg import Peer, PeerList, StreamState
+from overlay_manager.system import waiting
 
 CAM = "/camera/image_raw"
 H264 = CAM + "/link_aware_h264"
@@ -37,7 +37,7 @@ DERP_VIDEO_KBPS = 800.0   # 0.8 x budget_kbps_derp 1000
 
 
 def wait_for(what, predicate, timeout=20.0):
-    """overlay_manager.waiting.wait_for every 0.05 s; a timeout fails the test (AssertionError)."""
+    """overlay_manager.system.waiting.wait_for every 0.05 s; a timeout fails the test (AssertionError)."""
     return waiting.wait_for(what, predicate, timeout, interval=0.05, error=AssertionError)
 
 

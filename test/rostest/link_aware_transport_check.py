@@ -22,8 +22,8 @@ import rospy
 import rostest
 from sensor_msgs.msg import CompressedImage, Image
 
-from overlay_manager import waiting
 from overlay_manager.msg import Peer, PeerList, StreamState
+from overlay_manager.system import waiting
 
 CAM = "/camera/image_raw"
 RAWCAM = "/rawcam/image_raw"
@@ -43,7 +43,7 @@ EXPECTED = {
 
 
 def wait_for(what, predicate, timeout=20.0):
-    """overlay_manager.waiting.wait_for every 0.05 s; a timeout fails the test (AssertionError)."""
+    """overlay_manager.system.waiting.wait_for every 0.05 s; a timeout fails the test (AssertionError)."""
     return waiting.wait_for(what, predicate, timeout, interval=0.05, error=AssertionError)
 
 

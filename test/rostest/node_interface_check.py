@@ -8,15 +8,15 @@ import rospy
 import rostest
 from diagnostic_msgs.msg import DiagnosticArray
 
-from overlay_manager import waiting
 from overlay_manager.msg import OverlayStatus, Peer, PeerList
 from overlay_manager.srv import GetPeer, GetRosEnv, ListPeers, MeasureLink, PingPeer, Preflight, WaitForPeer
+from overlay_manager.system import waiting
 
 NS = "/overlay_manager/"
 
 
 def wait_for(what, predicate, timeout=20.0):
-    """overlay_manager.waiting.wait_for; a timeout is a test failure (AssertionError)."""
+    """overlay_manager.system.waiting.wait_for; a timeout is a test failure (AssertionError)."""
     return waiting.wait_for(what, predicate, timeout, error=AssertionError)
 
 

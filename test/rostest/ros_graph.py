@@ -21,7 +21,7 @@ import subprocess
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, TypeVar, Union
 
-from overlay_manager import children, waiting
+from overlay_manager.system import children, waiting
 
 T = TypeVar("T")
 
@@ -57,7 +57,7 @@ def ros_env(port: int, home: Union[str, Path], log_dir: Optional[Union[str, Path
 
 def wait(what: str, check: Callable[[], Optional[T]], timeout: float,
          detail: Optional[Callable[[], str]] = None, interval: float = 0.1) -> T:
-    """:func:`overlay_manager.waiting.wait_for` every ``interval`` seconds; a timeout (``timeout``
+    """:func:`overlay_manager.system.waiting.wait_for` every ``interval`` seconds; a timeout (``timeout``
     seconds) fails the test with an AssertionError naming ``what`` and ``detail()``."""
     return waiting.wait_for(what, check, timeout, interval=interval, detail=detail, error=AssertionError)
 

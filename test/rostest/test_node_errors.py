@@ -10,9 +10,9 @@ import sys
 import pytest
 import yaml
 
+from overlay_manager.testing.tsfake import FakeTailscaled, robot_config, write_robot_config
+
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, "..", "unit"))
-from tsfake import FakeTailscaled, robot_config, write_robot_config  # noqa: E402
 
 pytestmark = pytest.mark.skipif(shutil.which("roscore") is None, reason="ROS not installed (scripts/setup)")
 SECRET = "hskey-auth-DO-NOT-LEAK-0123456789"

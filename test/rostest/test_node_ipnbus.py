@@ -7,18 +7,16 @@ import os
 import shutil
 import signal
 import subprocess
-import sys
 import time
 
 import pytest
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, "..", "unit"))
-from tsfake import FakeTailscaled, write_robot_config  # noqa: E402
+from overlay_manager.core.stats import percentile
+from overlay_manager.system import children
+from overlay_manager.system.waiting import tail, wait_for
+from overlay_manager.testing.tsfake import FakeTailscaled, write_robot_config
 
-from overlay_manager import children  # noqa: E402
-from overlay_manager.stats import percentile  # noqa: E402
-from overlay_manager.waiting import tail, wait_for  # noqa: E402
+HERE = os.path.dirname(os.path.abspath(__file__))
 
 pytestmark = pytest.mark.skipif(shutil.which("roscore") is None, reason="ROS not installed (scripts/setup)")
 STATUS, BUS = "GET /localapi/v0/status", "GET /localapi/v0/watch-ipn-bus"

@@ -18,9 +18,9 @@ import time
 import pytest
 from ros_graph import free_port, read_jsonl, ros_env, start, stop_all, wait
 
+from overlay_manager.testing.tsfake import FakeTailscaled, write_robot_config
+
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, "..", "unit"))
-from tsfake import FakeTailscaled, write_robot_config  # noqa: E402
 
 pytestmark = pytest.mark.skipif(shutil.which("roscore") is None, reason="ROS not installed (scripts/setup)")
 

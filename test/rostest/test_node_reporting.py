@@ -3,24 +3,21 @@ what publishes at once (path, online, status fields, faults) and what waits for 
 (byte counters, latency); values that do not fit a field never stop publishing."""
 import math
 import os
-import sys
 import time
 
 import pytest
 
+from overlay_manager.core.config import apply_overrides, load_robot_config
+from overlay_manager.core.peers import PeerState
+from overlay_manager.monitor.overlay_monitor import OverlayMonitor
+from overlay_manager.ros import node as N
+from overlay_manager.system.workers import Worker
+from overlay_manager.tailscaled.localapi import LocalAPI
+from overlay_manager.testing.tsfake import FakeTailscaled
+
 rospy = pytest.importorskip("rospy")
 msg = pytest.importorskip("overlay_manager.msg", reason="messages not built (scripts/build)")
-
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, "..", "unit"))
-from tsfake import FakeTailscaled  # noqa: E402
-
-from overlay_manager import node as N  # noqa: E402
-from overlay_manager.config import apply_overrides, load_robot_config  # noqa: E402
-from overlay_manager.monitor import OverlayMonitor  # noqa: E402
-from overlay_manager.peers import PeerState  # noqa: E402
-from overlay_manager.tailscale import LocalAPI  # noqa: E402
-from overlay_manager.workers import Worker  # noqa: E402
 
 EXAMPLE = os.path.join(HERE, "..", "..", "config", "robot.example.yaml")
 
@@ -157,7 +154,7 @@ def test_status_key_ignores_stamp_and_age_only():
 
 
 def test_relay_port_out_of_range_does_not_stop_status(rig):
-    from overlay_manager.relay import RelayServerState
+    from overlay_manager.tailscaled.relay import RelayServerState
     fake, n = rig
     n.m.relay_state = RelayServerState(port=99999)  # what a garbled LocalAPI answer could give
     st = _cycle(n, periodic=True)["~status"][0]

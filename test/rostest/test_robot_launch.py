@@ -1,5 +1,5 @@
 """robot.launch as a user starts it (roslaunch, which also starts roscore) with a config that sets
-node keys, against the fake tailscaled; monitor.launch's diagnostic_aggregator next to it.
+node keys, against the fake tailscaled; diagnostics.launch's diagnostic_aggregator next to it.
 
 Checks: the config's settings take effect when no launch argument is given (manage_hosts writes
 the block into the config's hosts_file; no ~param is set by the launch file); a launch argument,
@@ -18,11 +18,10 @@ import xmlrpc.client
 import pytest
 from ros_graph import free_port, read_jsonl, ros_env, start, stop_all, wait
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, "..", "unit"))
-from tsfake import FakeTailscaled, write_robot_config  # noqa: E402
+from overlay_manager.core.ros_names import overlay_node, ros_namespace
+from overlay_manager.testing.tsfake import FakeTailscaled, write_robot_config
 
-from overlay_manager.ros_names import overlay_node, ros_namespace  # noqa: E402
+HERE = os.path.dirname(os.path.abspath(__file__))
 
 pytestmark = pytest.mark.skipif(shutil.which("roslaunch") is None, reason="ROS not installed (scripts/setup)")
 HAVE_AGGREGATOR = os.path.exists("/usr/lib/diagnostic_aggregator/aggregator_node") or bool(
@@ -39,7 +38,7 @@ STALE = 3  # diagnostic_msgs/DiagnosticStatus.STALE
 
 
 class Launch:
-    """roslaunch robot.launch (+ its roscore), monitor.launch and a recorder; stopped by pid."""
+    """roslaunch robot.launch (+ its roscore), diagnostics.launch and a recorder; stopped by pid."""
 
     def __init__(self, tmp, robot_args=(), monitor=True):
         self.tmp = tmp
@@ -63,8 +62,8 @@ class Launch:
                                   *robot_args], self.log)
         wait(f"{NODE} registered with the master on port {self.port}", self.node_uri, 60, self.tail)
         if monitor:
-            self._start(["roslaunch", "--wait", "overlay_manager", "monitor.launch", "gui:=false"],
-                        tmp / "monitor.launch.log")
+            self._start(["roslaunch", "--wait", "overlay_manager", "diagnostics.launch", "gui:=false"],
+                        tmp / "diagnostics.launch.log")
             self._start([sys.executable, os.path.join(HERE, "record_diag_agg.py"), str(self.record)],
                         tmp / "recorder.log")
 
@@ -161,7 +160,7 @@ def _has_bondpy() -> bool:
                     reason="diagnostic_aggregator or python3-bondpy not installed (scripts/setup)")
 def test_monitor_launch_adds_analyzers_to_a_running_aggregator(tmp_path):
     """aggregator:=false: the robot already runs an aggregator (here one without analyzers);
-    monitor.launch adds ours to it (add_analyzers), and overlay statuses leave "Other"."""
+    diagnostics.launch adds ours to it (add_analyzers), and overlay statuses leave "Other"."""
     port = free_port()
     env = ros_env(port, tmp_path, tmp_path / "log")
     record = tmp_path / "agg.jsonl"
@@ -186,13 +185,13 @@ def test_monitor_launch_adds_analyzers_to_a_running_aggregator(tmp_path):
         run(["rostopic", "pub", "-r", "2", "/diagnostics", "diagnostic_msgs/DiagnosticArray",
              f"{{status: [{{level: 0, name: '{NS}/overlay_manager: peer robotb', message: direct}}, "
              f"{{level: 0, name: '{NS}/overlay_manager: overlay', message: enrolled}}]}}"], "publisher")
-        run(["roslaunch", "--wait", "overlay_manager", "monitor.launch", "aggregator:=false", "gui:=false"],
-            "monitor.launch")
+        run(["roslaunch", "--wait", "overlay_manager", "diagnostics.launch", "aggregator:=false", "gui:=false"],
+            "diagnostics.launch")
 
         def filed():
             return {LINK_B, MACHINE} <= {e["name"] for e in read_jsonl(record)}
 
         wait("add_analyzers to file the statuses under /Overlay", filed, 60,
-             lambda: (tmp_path / "monitor.launch.log").read_text()[-1500:])
+             lambda: (tmp_path / "diagnostics.launch.log").read_text()[-1500:])
     finally:
         stop_all(procs, 15.0)

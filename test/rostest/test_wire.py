@@ -3,23 +3,20 @@ the node's report builders reuse what did not change."""
 import io
 import math
 import os
-import sys
 
 import pytest
+from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
+from genpy import SerializationError
+from rospy.msg import serialize_message
+
+from overlay_manager.core.peers import PeerState, same_topology
+from overlay_manager.msg import Peer, PeerList
+from overlay_manager.ros import wire
 
 rospy = pytest.importorskip("rospy")
 msg = pytest.importorskip("overlay_manager.msg", reason="messages not built (scripts/build)")
 
-from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue  # noqa: E402
-from genpy import SerializationError  # noqa: E402
-from rospy.msg import serialize_message  # noqa: E402
-
-from overlay_manager import wire  # noqa: E402
-from overlay_manager.msg import Peer, PeerList  # noqa: E402
-from overlay_manager.peers import PeerState, same_topology  # noqa: E402
-
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, "..", "unit"))
 
 
 def _plain_bytes(m):
@@ -37,7 +34,7 @@ def _peer(i, **kw):
 
 
 def test_cached_peer_list_is_byte_identical_and_decodes_with_the_stock_class():
-    from overlay_manager.node_messages import CachedPeerList, peer_msg
+    from overlay_manager.ros.messages import CachedPeerList, peer_msg
     cache = wire.ElementCache()
     peers = [_peer(i) for i in range(1, 40)]
     pl = CachedPeerList()
@@ -106,12 +103,11 @@ def test_element_cache_builds_only_new_sources_and_forgets_gone_ones():
 def test_report_messages_reuse_unchanged_peers_and_diagnostics(monkeypatch):
     """Through the node's builders: a peer whose PeerState is the same object keeps its message;
     a changed one is rebuilt; the bytes always equal a fresh genpy serialization."""
-    from tsfake import FakeTailscaled
-
-    from overlay_manager.config import load_robot_config
-    from overlay_manager.monitor import OverlayMonitor
-    from overlay_manager.node_messages import ReportMessages
-    from overlay_manager.tailscale import LocalAPI
+    from overlay_manager.core.config import load_robot_config
+    from overlay_manager.monitor.overlay_monitor import OverlayMonitor
+    from overlay_manager.ros.messages import ReportMessages
+    from overlay_manager.tailscaled.localapi import LocalAPI
+    from overlay_manager.testing.tsfake import FakeTailscaled
 
     fake = FakeTailscaled()
     try:
@@ -149,7 +145,7 @@ def test_report_messages_reuse_unchanged_peers_and_diagnostics(monkeypatch):
 def test_a_value_that_cannot_be_serialized_still_raises_at_publish():
     """The cache does not hide a bad value: the message falls back to genpy, whose publish raises
     (the node reports that as a publish fault)."""
-    from overlay_manager.node_messages import CachedPeerList
+    from overlay_manager.ros.messages import CachedPeerList
 
     bad = Peer(name="x", latency_ms=math.nan)
     bad.rx_bytes = -1                           # does not fit uint64

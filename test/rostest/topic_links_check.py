@@ -16,15 +16,15 @@ import rosgraph
 import rospy
 import rostest
 
-from overlay_manager import waiting
 from overlay_manager.msg import TopicLinkList
 from overlay_manager.srv import GetTopicLinks
+from overlay_manager.system import waiting
 
 NS = "/overlay_manager/"
 
 
 def wait_for(what, predicate, timeout=30.0, describe=lambda: ""):
-    """overlay_manager.waiting.wait_for every 0.2 s; a timeout fails the test (AssertionError)."""
+    """overlay_manager.system.waiting.wait_for every 0.2 s; a timeout fails the test (AssertionError)."""
     return waiting.wait_for(what, predicate, timeout, interval=0.2, detail=describe, error=AssertionError)
 
 

@@ -25,17 +25,15 @@ Every test using these is skipped, with the reason, when not root or a binary is
 from __future__ import annotations
 
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterator, List, Optional
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
-if str(REPO) not in sys.path:
-    sys.path.insert(0, str(REPO))
+from overlay_manager.lab import Lab, missing_prerequisites
+from overlay_manager.lab.campus import robots
 
-from overlay_manager.lab import Lab, missing_prerequisites, robots  # noqa: E402
+REPO = Path(__file__).resolve().parents[2]
 
 TWO_BUILDINGS = REPO / "config" / "lab" / "two_buildings.yaml"
 

@@ -17,9 +17,10 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
-from overlay_manager.lab import Lab, robots
-from overlay_manager.ros_names import overlay_node
-from overlay_manager.stats import percentile
+from overlay_manager.core.ros_names import overlay_node
+from overlay_manager.core.stats import percentile
+from overlay_manager.lab import Lab
+from overlay_manager.lab.campus import robots
 
 Event = Dict[str, Any]
 Step = Tuple[str, Callable[[], None]]

@@ -41,9 +41,9 @@ from typing import Any, Dict, List, Optional
 import pytest
 from path_failover import frame_rate_hz, is_frame, longest_gap_s, node, run_failover
 
-from overlay_manager.lab import robots, system
-from overlay_manager.ros_names import overlay_node, ros_namespace
-from overlay_manager.waiting import wait_for
+from overlay_manager.core.ros_names import overlay_node, ros_namespace
+from overlay_manager.lab.campus import robots, system
+from overlay_manager.system.waiting import wait_for
 
 REPO = Path(__file__).resolve().parents[2]
 SPEC = REPO / "config" / "lab" / "system_campus.yaml"

@@ -33,9 +33,9 @@ from typing import Any, Dict, List
 
 import pytest
 
-from overlay_manager.lab import robots
-from overlay_manager.lab.derp_outage import home_region, run_outage
-from overlay_manager.lab.system import wait_for
+from overlay_manager.lab.campus import robots
+from overlay_manager.lab.campus.derp_outage import home_region, run_outage
+from overlay_manager.lab.campus.system import wait_for
 
 REPO = Path(__file__).resolve().parents[2]
 SPEC = REPO / "config" / "lab" / "derp_campus.yaml"

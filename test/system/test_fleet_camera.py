@@ -1,4 +1,4 @@
-"""A fleet's cameras through one relayed uplink (overlay_manager.lab.fleet_camera).
+"""A fleet's cameras through one relayed uplink (overlay_manager.lab.campus.fleet_camera).
 
     building-robots (udp-blocked, uplink tbf 30 Mbit/s)            building-ops (eim-adpf)
       alpha-robot1..4: robot.launch, scene camera 640x480 30 Hz,     ops-laptop: robot.launch,
@@ -27,8 +27,8 @@ from typing import Any, Dict
 
 import pytest
 
-from overlay_manager.lab import camera_streams, robots
-from overlay_manager.lab.fleet_camera import LAPTOP, ROBOTS, SPEC, FleetCamera, node
+from overlay_manager.lab.campus import camera_streams, robots
+from overlay_manager.lab.campus.fleet_camera import LAPTOP, ROBOTS, SPEC, FleetCamera, node
 
 MIN_HZ = {"h264": 10.0, "jpeg": 5.0}
 """Per stream kind: every stream must flow over derp while four share the uplink, far above raw's

@@ -21,8 +21,9 @@ from typing import Callable, Iterator
 
 import pytest
 
-from overlay_manager.lab import Impairment, Lab, system
-from overlay_manager.lab.core import RUN_ROOT
+from overlay_manager.lab import Impairment, Lab
+from overlay_manager.lab.campus import system
+from overlay_manager.lab.campus.core import RUN_ROOT
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -208,7 +209,6 @@ def test_lab_down_removes_leftovers_after_a_crash(lab_required: None) -> None:
     run_id = "crash" + os.urandom(1).hex()
     code = (
         "import sys, os, signal\n"
-        f"sys.path.insert(0, {str(REPO)!r})\n"
         "from overlay_manager.lab import Lab\n"
         f"lab = Lab({SMALL_SPEC!r}, run_id={run_id!r})\n"
         "lab.up()\n"

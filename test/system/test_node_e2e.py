@@ -13,8 +13,8 @@ import json
 import time
 from pathlib import Path
 
-from overlay_manager.lab import robots
-from overlay_manager.ros_names import overlay_node
+from overlay_manager.core.ros_names import overlay_node
+from overlay_manager.lab.campus import robots
 
 ROBOT, LAPTOP = "alpha-robot1", "alpha-laptop"
 N_ROBOT, N_LAPTOP = overlay_node(ROBOT), overlay_node(LAPTOP)

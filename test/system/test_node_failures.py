@@ -22,9 +22,9 @@ from pathlib import Path
 
 import pytest
 
-from overlay_manager import waiting
-from overlay_manager.lab import robots
-from overlay_manager.ros_names import overlay_node
+from overlay_manager.core.ros_names import overlay_node
+from overlay_manager.lab.campus import robots
+from overlay_manager.system import waiting
 
 ROBOT, LAPTOP = "alpha-robot1", "alpha-laptop"
 NODE = overlay_node(LAPTOP)
@@ -35,7 +35,7 @@ RECORDER = Path(__file__).resolve().parents[1] / "rostest" / "record_topics.py"
 
 
 def _wait(what, check, timeout, detail=lambda: ""):
-    """overlay_manager.waiting.wait_for every 0.05 s; a timeout fails the test (AssertionError)."""
+    """overlay_manager.system.waiting.wait_for every 0.05 s; a timeout fails the test (AssertionError)."""
     return waiting.wait_for(what, check, timeout, interval=0.05, detail=detail, error=AssertionError)
 
 

@@ -31,7 +31,7 @@ from typing import Any, Dict, List
 import pytest
 from path_failover import node, run_failover
 
-from overlay_manager.lab import robots
+from overlay_manager.lab.campus import robots
 
 REPO = Path(__file__).resolve().parents[2]
 SPEC = REPO / "config" / "lab" / "relay_campus.yaml"

@@ -23,7 +23,7 @@ Checks:
   robot1) is started first and waits (roslaunch --wait) instead of failing, then comes up when
   robot1's master does; the nodes see each other; the hosts blocks are kept by the root upkeep.
 - tailscaled restarts: what systemd would stop with tailscaled is read from the units' dependency
-  graph (overlay_manager.lab.units.stopped_with; nothing for the shipped units); tailscaled on
+  graph (overlay_manager.lab.campus.units.stopped_with; nothing for the shipped units); tailscaled on
   robot1 gets SIGTERM (systemctl's stop) and is started again with the drop-in's environment, twice
   at once (`systemctl restart`) and once after 5 s (an upgrade: dpkg stops it, unpacks, starts it).
   The bringup's command line keeps running throughout. Measured and printed per run: the largest
@@ -48,10 +48,10 @@ from typing import Dict, List, Optional, Tuple
 import pytest
 import yaml
 
-from overlay_manager import waiting
-from overlay_manager.lab import robots
-from overlay_manager.lab import units as unitfiles
-from overlay_manager.ros_names import overlay_node, ros_namespace
+from overlay_manager.core.ros_names import overlay_node, ros_namespace
+from overlay_manager.lab.campus import robots
+from overlay_manager.lab.campus import units as unitfiles
+from overlay_manager.system import waiting
 
 REPO = Path(__file__).resolve().parents[2]
 UNITS = REPO / "config" / "systemd"

@@ -30,7 +30,7 @@ from typing import Dict, Iterator, List
 
 import pytest
 
-from overlay_manager.waiting import wait_for
+from overlay_manager.system.waiting import wait_for
 
 REPO = Path(__file__).resolve().parents[2]
 PY = "/usr/bin/python3"
@@ -60,10 +60,10 @@ except OSError as exc:
 
 CHECK = """
 import json, sys
-sys.path.insert(0, sys.argv[1])
-from overlay_manager import firewall, sockets
-from overlay_manager.diagnose import rosbridge_diagnostic
-from overlay_manager.monitor_types import PortReading
+from overlay_manager.system import firewall
+from overlay_manager.system import sockets
+from overlay_manager.monitor.diagnose import rosbridge_diagnostic
+from overlay_manager.monitor.readings import PortReading
 port = int(sys.argv[2])
 listeners, error = sockets.read_listeners()
 mine = tuple(sockets.on_port(listeners, port))

@@ -32,10 +32,10 @@ import time
 from pathlib import Path
 from typing import List, Tuple
 
-from overlay_manager import waiting
-from overlay_manager.hosts import LOOPBACK
-from overlay_manager.lab import robots
-from overlay_manager.ros_names import overlay_node
+from overlay_manager.core.ros_names import overlay_node
+from overlay_manager.lab.campus import robots
+from overlay_manager.system import waiting
+from overlay_manager.system.hosts import LOOPBACK
 
 ROBOT, LAPTOP = "alpha-robot1", "alpha-laptop"
 TOPIC = "/split_horizon"
@@ -73,7 +73,7 @@ def _arrivals(path: Path) -> List[Tuple[float, int]]:
 
 
 def _wait(what: str, cond, timeout: float, detail=lambda: "") -> None:
-    """overlay_manager.waiting.wait_for every 0.1 s; a timeout fails the test (AssertionError)."""
+    """overlay_manager.system.waiting.wait_for every 0.1 s; a timeout fails the test (AssertionError)."""
     waiting.wait_for(what, cond, timeout, interval=0.1, detail=detail, error=AssertionError)
 
 

@@ -1,6 +1,7 @@
 """Fixtures for unit tests."""
 import pytest
-from tsfake import FakeTailscaled
+
+from overlay_manager.testing.tsfake import FakeTailscaled
 
 
 @pytest.fixture

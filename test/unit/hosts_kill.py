@@ -27,9 +27,7 @@ import sys
 import time
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
-
-from overlay_manager import hosts as H  # noqa: E402
+from overlay_manager.system import hosts as H
 
 WRAPPED = ("open", "pwrite", "write", "ftruncate", "fsync", "fchmod", "chmod", "replace", "rename", "unlink")
 TORN_CUTS = (1, 0.5, -1)  # bytes of a torn pwrite: first byte, half, all but the last byte

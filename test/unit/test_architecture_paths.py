@@ -11,16 +11,14 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 DOC = ROOT / "docs" / "ARCHITECTURE.md"
 # where a bare or partial name is looked up, in order (the doc names modules the short way)
-BASES = ["", "overlay_manager", "overlay_manager/fleet", "overlay_manager/lab", "overlay_manager/dashboard",
-         "docs", "src", "include/overlay_manager", "test", "test/unit", "test/system", "test/rostest",
+BASES = ["", "overlay_manager", "docs", "src", "include/overlay_manager", "test", "test/unit", "test/system", "test/rostest",
          "test/integration", "test/cpp", "test/gui", "config", "config/systemd", "launch", "scripts",
          "overlay_msgs/msg", "overlay_msgs/srv"]
 FILE = re.compile(r"^[\w./-]+\.(py|cpp|h|md|launch|yaml|test|xml|msg|srv|service|in|conf|ui|txt|rst)$")
 
 
-def named_paths() -> List[str]:
-    """Every `code span` (or markdown link target) of the doc that looks like a file or folder path."""
-    text = DOC.read_text(encoding="utf-8")
+def _spans(text: str) -> List[str]:
+    """Every `code span` (or markdown link target) of text that looks like a file or folder path."""
     spans = re.findall(r"`([^`\s]+)`", text) + re.findall(r"\]\(([^)#\s]+)", text)
     out = []
     for s in spans:
@@ -29,11 +27,26 @@ def named_paths() -> List[str]:
             continue
         if FILE.match(s) or (s.endswith("/") and re.match(r"^[\w./-]+/$", s)):
             out.append(s)
+    return out
+
+
+def named_paths() -> List[str]:
+    """Every path the doc names, as 'name' or 'name in folder/' when a line (a table row) names
+    its folder: there a bare module name is looked up in that folder of overlay_manager/."""
+    out = []
+    for line in DOC.read_text(encoding="utf-8").splitlines():
+        spans = _spans(line)
+        folders = [s for s in spans if s.endswith("/")]
+        for s in spans:
+            out.append(s if s.endswith("/") or "/" in s or not folders else f"{s} in {' '.join(folders)}")
     return sorted(set(out))
 
 
 def exists(name: str) -> bool:
-    return any((ROOT / base / name).exists() or (DOC.parent / name).exists() for base in BASES)
+    """name exists under one of BASES; 'x.py in a/ b/' also under overlay_manager/a/ or b/."""
+    name, _, folders = name.partition(" in ")
+    bases = BASES + [f"overlay_manager/{f}" for f in folders.split()]
+    return any((ROOT / base / name).exists() or (DOC.parent / name).exists() for base in bases)
 
 
 def test_the_doc_names_paths():
@@ -47,4 +60,5 @@ def test_named_path_exists(name):
 
 def test_a_missing_path_is_caught():
     assert not exists("overlay_manager/no_such_module.py")
-    assert exists("peers.py") and exists("lab/") and exists("src/link_aware_stream.cpp")
+    assert not exists("peers.py")  # a module is named with its layer folder
+    assert exists("core/peers.py") and exists("lab/") and exists("src/link_aware_stream.cpp")

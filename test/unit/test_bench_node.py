@@ -1,6 +1,6 @@
 """The node benchmark's pure parts and its in-namespace status watcher (scripts/bench_node).
 
-The watcher runs as the benchmark starts it (``python3 -m overlay_manager.lab.bench_node
+The watcher runs as the benchmark starts it (``python3 -m overlay_manager.lab.bench.node.main
 _watch-status``) against the fake tailscaled of the unit tests, read by the benchmark's
 LineWatcher; the rest is plain functions on recorded or synthetic data.
 """
@@ -11,12 +11,12 @@ import sys
 from pathlib import Path
 
 import pytest
-from tsfake import FakeTailscaled
 
-from overlay_manager.lab.bench_node_cpu import fake_ping_for, fake_status, ns_argv, proc_sample
-from overlay_manager.lab.bench_node_path import LineWatcher
-from overlay_manager.lab.bench_node_report import TARGET_NODE_LATENCY_S, summarize_path, table
-from overlay_manager.peers import parse_status
+from overlay_manager.core.peers import parse_status
+from overlay_manager.lab.bench.node.cpu import fake_ping_for, fake_status, ns_argv, proc_sample
+from overlay_manager.lab.bench.node.path import LineWatcher
+from overlay_manager.lab.bench.node.report import TARGET_NODE_LATENCY_S, summarize_path, table
+from overlay_manager.testing.tsfake import FakeTailscaled
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -115,7 +115,7 @@ def test_line_watcher_skips_non_json_and_names_what_it_waited_for():
 def test_watch_status_helper_reports_each_path_change():
     fake = FakeTailscaled()
     env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    proc = subprocess.Popen([sys.executable, "-m", "overlay_manager.lab.bench_node", "_watch-status",
+    proc = subprocess.Popen([sys.executable, "-m", "overlay_manager.lab.bench.node.main", "_watch-status",
                              fake.socket_path, "robotb", "--hz", "20"], stdout=subprocess.PIPE,
                             env=env, start_new_session=True)
     try:
@@ -138,7 +138,7 @@ def test_watch_status_helper_reports_each_path_change():
 
 
 def test_cpu_rows_name_the_settings_the_run_used():
-    from overlay_manager.lab.bench_node_cpu import node_settings
+    from overlay_manager.lab.bench.node.cpu import node_settings
 
     st = node_settings(["bus_poll_rate=1"])
     assert st["iperf_server"] is False and st["manage_hosts"] is False and st["bus_poll_rate"] == "1"

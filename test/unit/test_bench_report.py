@@ -4,10 +4,12 @@ import time
 
 import pytest
 
-from overlay_manager.lab import bench_camera, bench_fleet, camera_streams
-from overlay_manager.lab.bench import imp_label, impairments
-from overlay_manager.lab.bench_report import replot, write_report
-from overlay_manager.lab.demo import ROBOT, PathSeen
+from overlay_manager.lab.bench import camera as bench_camera
+from overlay_manager.lab.bench import fleet as bench_fleet
+from overlay_manager.lab.bench.report import replot, write_report
+from overlay_manager.lab.bench.run import imp_label, impairments
+from overlay_manager.lab.campus import camera_streams
+from overlay_manager.lab.demo.run import ROBOT, PathSeen
 
 CAMERA_RUN = {
     "meta": {"date": "2026-11-22 19:24", "seconds_per_stream": 8.0, "uplink_mbit": 30.0,
@@ -123,7 +125,7 @@ def test_demo_path_seen_waits_for_the_path_then_the_hold():
 
 
 def test_demo_stream_cells():
-    from overlay_manager.lab.demo import stream_cells
+    from overlay_manager.lab.demo.run import stream_cells
 
     row = {"rate_hz": 30.0, "latency_p50_ms": 12.4, "latency_p99_ms": 40.2, "kbps": 7600.0, "psnr_mean": 36.04}
     assert stream_cells(row, short=True) == "30.0 Hz, 12 ms, 7.6 Mbit/s, PSNR 36.0 dB"

@@ -3,7 +3,7 @@ from pathlib import Path
 
 import yaml
 
-from overlay_manager.config import parse_robot_config
+from overlay_manager.core.config import parse_robot_config
 from overlay_manager.fleet.bundle import robot_config
 from overlay_manager.fleet.config import load_fleet
 from overlay_manager.fleet.deploy import Deployment

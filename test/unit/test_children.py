@@ -1,4 +1,4 @@
-"""Children started through overlay_manager.children die with their parent, are killed by pid on
+"""Children started through overlay_manager.system.children die with their parent, are killed by pid on
 shutdown, and run() bounds their time."""
 import os
 import signal
@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from overlay_manager import children
+from overlay_manager.system import children
 
 ROOT = os.path.join(os.path.dirname(__file__), "..", "..")
 
@@ -28,10 +28,10 @@ def _gone(pid, timeout=5.0):
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux only")
 def test_child_dies_when_parent_is_sigkilled():
-    code = ("import sys, time; sys.path.insert(0, sys.argv[1]);"
-            "from overlay_manager import children;"
+    code = ("import time;"
+            "from overlay_manager.system import children;"
             "p = children.spawn(['sleep', '60']); print(p.pid, flush=True); time.sleep(60)")
-    parent = subprocess.Popen([sys.executable, "-c", code, ROOT], stdout=subprocess.PIPE, text=True)
+    parent = subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, stdout=subprocess.PIPE, text=True)
     try:
         child = int(parent.stdout.readline())
         assert not _gone(child, 0.2)
@@ -62,7 +62,7 @@ def test_run_kills_on_timeout_and_reports_output():
 
 
 def test_netcheck_child_is_bounded(tmp_path):
-    from overlay_manager.tailscale import TailscaleError, netcheck
+    from overlay_manager.tailscaled.localapi import TailscaleError, netcheck
     cli = tmp_path / "tailscale"
     cli.write_text("#!/bin/sh\nsleep 30\n")
     cli.chmod(0o755)

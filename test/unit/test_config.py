@@ -5,7 +5,7 @@ import shutil
 import pytest
 import yaml
 
-from overlay_manager.config import ConfigError, apply_overrides, load_robot_config
+from overlay_manager.core.config import ConfigError, apply_overrides, load_robot_config
 
 ROOT = os.path.join(os.path.dirname(__file__), "..", "..")
 EXAMPLE = os.path.join(ROOT, "config", "robot.example.yaml")

@@ -6,7 +6,7 @@ import math
 import unittest
 from types import SimpleNamespace as NS
 
-from overlay_manager.dashboard import format as fmt
+from overlay_manager.dashboard import text as fmt
 from overlay_manager.dashboard.state import HistoryStore, nodes_from_topics, normalise_node
 
 NAN = math.nan

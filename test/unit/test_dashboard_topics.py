@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from types import SimpleNamespace
 
-from overlay_manager.dashboard import format as fmt
+from overlay_manager.dashboard import text as fmt
 from overlay_manager.dashboard.state import MIN_STALE_AFTER_S, Freshness
 from overlay_manager.dashboard.topics import (
     reported_stale_text,

@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import math
 
-from overlay_manager import nat as N
-from overlay_manager import peers as P
-from overlay_manager.derper import DerperSettings, DerperState, derper_diagnostic
-from overlay_manager.monitor_types import ERROR, OK
+from overlay_manager.core import nat as N
+from overlay_manager.core import peers as P
+from overlay_manager.core.config import DerperSettings
+from overlay_manager.monitor.diagnose import derper_diagnostic
+from overlay_manager.monitor.readings import ERROR, OK
+from overlay_manager.tailscaled.derper import DerperState
 
 DERP_MAP = {"Regions": {"901": {"RegionID": 901, "RegionCode": "east", "RegionName": "East campus"},
                         "902": {"RegionID": 902, "RegionCode": "west", "RegionName": ""}}}
@@ -80,7 +82,7 @@ def test_derper_diagnostic() -> None:
 def test_dashboard_names_the_region_of_a_relayed_link() -> None:
     from types import SimpleNamespace
 
-    from overlay_manager.dashboard import format as fmt
+    from overlay_manager.dashboard import text as fmt
 
     p = SimpleNamespace(path="derp", endpoint="", relay_region="east", derp_region="East campus")
     assert fmt.peer_where(p) == "DERP east (East campus)"

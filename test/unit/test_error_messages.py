@@ -1,5 +1,5 @@
 """Every enrolment and LocalAPI error is one line that names the cause and a fix, and never a
-secret: each typed error of overlay_manager.tailscale, each failure of ``enrol`` (a fake
+secret: each typed error of overlay_manager.tailscaled.localapi, each failure of ``enrol`` (a fake
 `tailscale` CLI printing what the real one prints, multi-line) and of
 ``enrolment.ensure_enrolled`` (a LocalAPI whose transport answers like tailscaled)."""
 
@@ -8,18 +8,15 @@ from __future__ import annotations
 import json
 import os
 import stat
-import sys
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Tuple
 
 import pytest
 import yaml
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-
-from overlay_manager import tailscale as T  # noqa: E402
-from overlay_manager.config import load_robot_config  # noqa: E402
-from overlay_manager.enrolment import ensure_enrolled  # noqa: E402
+from overlay_manager.core.config import load_robot_config
+from overlay_manager.tailscaled import localapi as T
+from overlay_manager.tailscaled.enrolment import ensure_enrolled
 
 SECRET = "hskey-auth-Xq7Zb2LmN9pR4sT6vW8yA1cE3gJ5kM0o"
 

@@ -5,7 +5,7 @@ import stat
 import pytest
 from concurrent_calls import call_concurrently
 
-from overlay_manager import files
+from overlay_manager.system import files
 
 
 def _leftovers(d):

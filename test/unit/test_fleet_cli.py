@@ -15,12 +15,12 @@ from typing import Dict, List
 import pytest
 import yaml
 
-REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO))
+from overlay_manager.cli import fleet as cli
+from overlay_manager.fleet import headscale
+from overlay_manager.fleet.model import FleetError
+from overlay_manager.fleet.unit import render_unit, template_path
 
-from overlay_manager.fleet import cli, headscale  # noqa: E402
-from overlay_manager.fleet.model import FleetError  # noqa: E402
-from overlay_manager.fleet.unit import render_unit, template_path  # noqa: E402
+REPO = Path(__file__).resolve().parents[2]
 
 pytestmark = pytest.mark.skipif(shutil.which("openssl") is None, reason="needs openssl")
 FLEET = {"fleet": "lab", "base_domain": "fleet.internal", "server": {"url": "https://10.231.0.2:8443"},

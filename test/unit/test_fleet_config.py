@@ -3,16 +3,13 @@
 from __future__ import annotations
 
 import os
-import sys
 from pathlib import Path
 from typing import Any, Dict
 
 import pytest
 from fleet_files import fleet_data
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-
-from overlay_manager.fleet.config import (  # noqa: E402
+from overlay_manager.fleet.config import (
     ConfigError,
     FleetError,
     load_fleet,

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any, Dict
 
@@ -15,11 +14,9 @@ import pytest
 import yaml
 from fleet_files import fleet_data
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-
-from overlay_manager.fleet import derp, policy  # noqa: E402
-from overlay_manager.fleet.config import load_fleet, load_fleet_dict  # noqa: E402
-from overlay_manager.validation import ConfigError  # noqa: E402
+from overlay_manager.core.validation import ConfigError
+from overlay_manager.fleet import derp, policy
+from overlay_manager.fleet.config import load_fleet, load_fleet_dict
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -158,7 +155,7 @@ def test_derper_args_and_unit_from_the_template() -> None:
 
 @pytest.mark.skipif(shutil.which("openssl") is None, reason="needs openssl")
 def test_init_writes_the_map_and_bundle_writes_derper_files(tmp_path: Path) -> None:
-    from overlay_manager.config import parse_robot_config
+    from overlay_manager.core.config import parse_robot_config
     from overlay_manager.fleet.bundle import robot_config, write_derper_files
     from overlay_manager.fleet.deploy import init_deployment, write_derp_map
 
@@ -200,7 +197,7 @@ def test_init_writes_the_map_and_bundle_writes_derper_files(tmp_path: Path) -> N
     ({"url": "http://127.0.0.1:3340", "port": 1}, "derper.port", "unknown key"),
 ])
 def test_robot_config_derper_key_errors(raw: Any, key: str, words: str) -> None:
-    from overlay_manager.config import parse_robot_config
+    from overlay_manager.core.config import parse_robot_config
 
     data = {"hostname": "east-derp", "login_server": "https://10.231.0.2:8443", "base_domain": "fleet.internal",
             "master": "alpha-robot1", "derper": raw}
@@ -210,7 +207,8 @@ def test_robot_config_derper_key_errors(raw: Any, key: str, words: str) -> None:
 
 
 def test_derper_vars_parsing_and_summary() -> None:
-    from overlay_manager.derper import DerperSettings, DerperState, derper_summary, parse_derper_vars
+    from overlay_manager.core.config import DerperSettings
+    from overlay_manager.tailscaled.derper import DerperState, derper_summary, parse_derper_vars
 
     st = parse_derper_vars({"derp": {"gauge_current_connections": 5, "gauge_current_home_connections": 3,
                                      "gauge_clients_total": 4, "bytes_received": 2_500_000, "bytes_sent": 1_000_000,
@@ -248,9 +246,9 @@ LAB: Dict[str, Any] = {
 def test_lab_spec_derp_and_fleet_file() -> None:
     import copy
 
-    from overlay_manager.lab.control import fleet_dict
-    from overlay_manager.lab.naming import Names
-    from overlay_manager.lab.spec import DerpRegionSpec, parse_spec, spec_to_dict
+    from overlay_manager.lab.campus.control import fleet_dict
+    from overlay_manager.lab.campus.naming import Names
+    from overlay_manager.lab.campus.spec import DerpRegionSpec, parse_spec, spec_to_dict
 
     spec = parse_spec(copy.deepcopy(LAB), "lab.yaml")
     assert not spec.derp.embedded
@@ -274,7 +272,7 @@ def test_lab_spec_derp_and_fleet_file() -> None:
 def test_lab_spec_derp_errors(derp_section: Any, key: str) -> None:
     import copy
 
-    from overlay_manager.lab.spec import parse_spec
+    from overlay_manager.lab.campus.spec import parse_spec
 
     data = copy.deepcopy(LAB)
     data["derp"] = derp_section

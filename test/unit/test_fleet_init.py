@@ -6,18 +6,15 @@ from __future__ import annotations
 
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any, Dict, List, Tuple
 
 import pytest
 import yaml
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-
-from overlay_manager.fleet.config import load_fleet  # noqa: E402
-from overlay_manager.fleet.deploy import Deployment, init_deployment  # noqa: E402
-from overlay_manager.validation import ConfigError  # noqa: E402
+from overlay_manager.core.validation import ConfigError
+from overlay_manager.fleet.config import load_fleet
+from overlay_manager.fleet.deploy import Deployment, init_deployment
 
 pytestmark = pytest.mark.skipif(shutil.which("openssl") is None, reason="needs openssl")
 HEADSCALE = "/bin/true"  # never run for a new deployment; init only records its path

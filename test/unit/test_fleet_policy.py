@@ -4,18 +4,15 @@ from __future__ import annotations
 
 import json
 import stat
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-
-from overlay_manager.fleet import policy  # noqa: E402
-from overlay_manager.fleet.config import FleetError, load_fleet, load_fleet_dict  # noqa: E402
-from overlay_manager.fleet.deploy import Deployment, headscale_config  # noqa: E402
-from overlay_manager.fleet.headscale import HeadscaleCLI, parse_time  # noqa: E402
+from overlay_manager.fleet import policy
+from overlay_manager.fleet.config import FleetError, load_fleet, load_fleet_dict
+from overlay_manager.fleet.deploy import Deployment, headscale_config
+from overlay_manager.fleet.headscale import HeadscaleCLI, parse_time
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -4,7 +4,6 @@ the relay key of the bundle's robot config (pure: no headscale)."""
 from __future__ import annotations
 
 import copy
-import sys
 from pathlib import Path
 from typing import Any, Dict
 
@@ -12,12 +11,10 @@ import pytest
 import yaml
 from fleet_files import fleet_data
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-
-from overlay_manager.fleet import policy  # noqa: E402
-from overlay_manager.fleet.config import load_fleet_dict  # noqa: E402
-from overlay_manager.fleet.relays import RELAY_CAP, Relay  # noqa: E402
-from overlay_manager.validation import ConfigError  # noqa: E402
+from overlay_manager.core.validation import ConfigError
+from overlay_manager.fleet import policy
+from overlay_manager.fleet.config import load_fleet_dict
+from overlay_manager.fleet.relays import RELAY_CAP, Relay
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -129,7 +126,7 @@ def test_example_fleet_file_has_a_valid_relay() -> None:
 
 
 def test_bundle_robot_config_has_relay_key(tmp_path: Path) -> None:
-    from overlay_manager.config import parse_robot_config
+    from overlay_manager.core.config import parse_robot_config
     from overlay_manager.fleet.bundle import robot_config
     from overlay_manager.fleet.deploy import Deployment
 
@@ -158,7 +155,7 @@ LAB = {
 
 
 def test_lab_spec_relays_and_modes() -> None:
-    from overlay_manager.lab.spec import RelaySpec, parse_nat_kind, parse_spec, spec_to_dict
+    from overlay_manager.lab.campus.spec import RelaySpec, parse_nat_kind, parse_spec, spec_to_dict
 
     spec = parse_spec(copy.deepcopy(LAB), "lab.yaml")
     assert spec.relays == {"relay1": RelaySpec("relay1", 41000, ())}
@@ -177,7 +174,7 @@ def test_lab_spec_relays_and_modes() -> None:
     ({"relay1": {"prot": 1}}, "relays.relay1.prot"),
 ])
 def test_lab_spec_relay_errors(relays: Any, key: str) -> None:
-    from overlay_manager.lab.spec import parse_spec
+    from overlay_manager.lab.campus.spec import parse_spec
 
     data = copy.deepcopy(LAB)
     data["relays"] = relays

@@ -15,12 +15,11 @@ from typing import Any, Dict
 import pytest
 import yaml
 
-REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO))
+from overlay_manager.fleet import tls
+from overlay_manager.fleet.config import FleetError, load_fleet
+from overlay_manager.fleet.deploy import Deployment, cert_notices, init_deployment, renew_server_cert
 
-from overlay_manager.fleet import tls  # noqa: E402
-from overlay_manager.fleet.config import FleetError, load_fleet  # noqa: E402
-from overlay_manager.fleet.deploy import Deployment, cert_notices, init_deployment, renew_server_cert  # noqa: E402
+REPO = Path(__file__).resolve().parents[2]
 
 pytestmark = pytest.mark.skipif(shutil.which("openssl") is None, reason="needs openssl")
 HEADSCALE = "/bin/true"

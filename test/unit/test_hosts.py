@@ -6,9 +6,9 @@ import hosts_kill as K
 import pytest
 from concurrent_calls import call_concurrently
 
-from overlay_manager import files as F
-from overlay_manager import hosts as H
-from overlay_manager import mounts as M
+from overlay_manager.system import files as F
+from overlay_manager.system import hosts as H
+from overlay_manager.system import mounts as M
 
 OUTSIDE = b"127.0.0.1\tlocalhost\n# keep me   exactly\n::1 ip6-localhost\n"
 FQDN_A = ["a.fleet.internal", "a"]

@@ -10,8 +10,8 @@ import threading
 import time
 from typing import List, Tuple
 
-from overlay_manager.ipnbus import DEFAULT_MASK, BusWatcher, change_kinds
-from overlay_manager.waiting import wait_for
+from overlay_manager.system.waiting import wait_for
+from overlay_manager.tailscaled.ipnbus import DEFAULT_MASK, BusWatcher, change_kinds
 
 
 def test_change_kinds() -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from overlay_manager.lab.rosnodes import gradient_frame
+from overlay_manager.lab.probe.rosnodes import gradient_frame
 
 
 @pytest.mark.parametrize("width, height", [(640, 480), (1, 2), (85, 300), (1920, 1080)])

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from overlay_manager.lab.derp_outage import longest_gap, per_second_rates, recovery_s
+from overlay_manager.lab.campus.derp_outage import longest_gap, per_second_rates, recovery_s
 
 FPS = 30
 

@@ -1,7 +1,7 @@
 """The NAT-matrix model (RFC 4787 reasoning) gives the outcomes eduP2P's published table expects."""
 import pytest
 
-from overlay_manager.lab.matrix_model import expected, rule_of_thumb, why_not_rule_of_thumb
+from overlay_manager.lab.matrix.model import expected, rule_of_thumb, why_not_rule_of_thumb
 
 
 @pytest.mark.parametrize("a,b,path", [

@@ -2,7 +2,8 @@
 (``lab nat-matrix --from-json`` re-renders them without a lab)."""
 import json
 
-from overlay_manager.lab import matrix, matrix_model
+from overlay_manager.lab.matrix import model as matrix_model
+from overlay_manager.lab.matrix import run as matrix
 
 
 def _cell(a, b, observed):

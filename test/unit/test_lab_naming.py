@@ -1,18 +1,18 @@
-"""Run-scoped names and the address plan of the lab (overlay_manager.lab.naming); ping parsing."""
+"""Run-scoped names and the address plan of the lab (overlay_manager.lab.campus.naming); ping parsing."""
 from __future__ import annotations
 
 import unittest
 
-from overlay_manager.lab.core import parse_ping_output
-from overlay_manager.lab.errors import LabError
-from overlay_manager.lab.naming import (
+from overlay_manager.lab.campus.core import parse_ping_output
+from overlay_manager.lab.campus.errors import LabError
+from overlay_manager.lab.campus.naming import (
     IFNAME_MAX,
     Names,
     check_run_id,
     new_run_id,
     run_id_of_namespace,
 )
-from overlay_manager.lab.spec import parse_spec
+from overlay_manager.lab.campus.spec import parse_spec
 
 SPEC = parse_spec({"buildings": {
     "b1": {"nat": "eim", "hosts": ["robot1", "robot2"]},

@@ -10,9 +10,9 @@ import shutil
 import subprocess
 import unittest
 
-from overlay_manager.lab import impair
-from overlay_manager.lab.nft import actions_ruleset, router_ruleset
-from overlay_manager.lab.spec import Impairment, nat_kind_names, parse_nat_kind
+from overlay_manager.lab.campus import impair
+from overlay_manager.lab.campus.nft import actions_ruleset, router_ruleset
+from overlay_manager.lab.campus.spec import Impairment, nat_kind_names, parse_nat_kind
 
 WAN, CTL, STUN = "10.231.0.10", "10.231.0.2", 3478
 

@@ -9,8 +9,8 @@ import subprocess
 
 import pytest
 
-from overlay_manager.lab.nft import router_ruleset
-from overlay_manager.lab.spec import parse_nat_kind
+from overlay_manager.lab.campus.nft import router_ruleset
+from overlay_manager.lab.campus.spec import parse_nat_kind
 
 WAN, CTL, STUN = "10.231.0.10", "10.231.0.2", 3478
 RELAYS = [("10.231.12.10", 40000), ("10.231.13.10", 41000)]
@@ -54,7 +54,7 @@ def test_nft_accepts(kind: str) -> None:
 
 
 def test_matrix_model_with_relay() -> None:
-    from overlay_manager.lab.matrix import expected, expected_with_relay
+    from overlay_manager.lab.matrix.run import expected, expected_with_relay
 
     assert expected("adpm-adpf", "adpm-adpf")[0] == "derp"
     assert expected_with_relay("adpm-adpf", "adpm-adpf")[0] == "peer-relay"
@@ -67,8 +67,8 @@ def test_matrix_model_with_relay() -> None:
 
 
 def test_matrix_relay_spec_and_report() -> None:
-    from overlay_manager.lab.matrix import RELAY_KINDS, cells, matrix_spec, render_relay_markdown
-    from overlay_manager.lab.spec import parse_spec
+    from overlay_manager.lab.campus.spec import parse_spec
+    from overlay_manager.lab.matrix.run import RELAY_KINDS, cells, matrix_spec, render_relay_markdown
 
     spec = parse_spec(matrix_spec(relay=True), "nat_matrix_relay")
     assert list(spec.relays) == ["relay"] and spec.building("campus").nat.public
@@ -87,7 +87,7 @@ def test_matrix_relay_spec_and_report() -> None:
 
 
 def test_runtime_udp_servers_only_action() -> None:
-    from overlay_manager.lab.nft import actions_ruleset
+    from overlay_manager.lab.campus.nft import actions_ruleset
 
     text = actions_ruleset(udp_blocked=True, udp_servers=[("10.231.0.2", 3478), ("10.231.12.10", 40000)])
     lines = text.splitlines()

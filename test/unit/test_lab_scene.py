@@ -7,8 +7,8 @@ import math
 
 import pytest
 
-from overlay_manager.lab.probe_quality import parse_stream
-from overlay_manager.lab.scene import PSNR_IDENTICAL, frame_index, tag_frame_id
+from overlay_manager.lab.probe.quality import parse_stream
+from overlay_manager.lab.probe.scene import PSNR_IDENTICAL, frame_index, tag_frame_id
 
 
 def test_frame_id_round_trip():
@@ -31,7 +31,7 @@ def test_parse_stream():
 def test_psnr_values():
     np = pytest.importorskip("numpy")
     pytest.importorskip("cv2")
-    from overlay_manager.lab.scene import psnr, psnr_samples
+    from overlay_manager.lab.probe.scene import psnr, psnr_samples
 
     a = np.zeros((4, 4, 3), np.uint8)
     assert psnr_samples(a, a) == PSNR_IDENTICAL
@@ -71,7 +71,7 @@ def small_video(tmp_path_factory):
 
 
 def test_video_frames_loop_and_scale(small_video):
-    from overlay_manager.lab.scene import VideoFrames
+    from overlay_manager.lab.probe.scene import VideoFrames
 
     v = VideoFrames(small_video, 80, 60)
     seen = [v.next() for _ in range(15)]
@@ -87,7 +87,7 @@ def test_scene_frames_are_the_decoded_frames_cached_once(small_video, tmp_path, 
     """The shared cache holds exactly what the decoder gives (so the receiver's reference is
     bit-identical to what the camera sent); a second user reuses the file; a count beyond the
     video's length stops at its end."""
-    from overlay_manager.lab import scene
+    from overlay_manager.lab.probe import scene
 
     monkeypatch.setattr(scene, "cache_dir", lambda: tmp_path / "cache")
     v = scene.VideoFrames(small_video, 80, 60)
@@ -107,11 +107,11 @@ def test_scene_frames_are_the_decoded_frames_cached_once(small_video, tmp_path, 
 
 def test_missing_video_names_the_fix(tmp_path):
     pytest.importorskip("cv2")
-    from overlay_manager.lab.scene import VideoError, VideoFrames
+    from overlay_manager.lab.probe.scene import VideoError, VideoFrames
 
     with pytest.raises(VideoError, match="opencv-doc"):
         VideoFrames(tmp_path / "none.avi")
-    from overlay_manager.lab.scene import SceneFrames
+    from overlay_manager.lab.probe.scene import SceneFrames
     with pytest.raises(VideoError, match="opencv-doc"):
         SceneFrames(tmp_path / "none.avi")
 
@@ -138,8 +138,8 @@ def test_h264_one_frame_per_message_and_late_start(small_video):
     """The probe's H.264 decoder gives one picture per message with the message's number, PSNR
     well above a wrong frame's; a subscriber starting mid-GOP gets nothing until the keyframe."""
     pytest.importorskip("av")
-    from overlay_manager.lab.probe_quality import Decoder
-    from overlay_manager.lab.scene import VideoFrames, psnr
+    from overlay_manager.lab.probe.quality import Decoder
+    from overlay_manager.lab.probe.scene import VideoFrames, psnr
 
     v = VideoFrames(small_video, 160, 120)
     frames = [v.next()[1] for _ in range(20)]
@@ -165,8 +165,8 @@ def test_h264_one_frame_per_message_and_late_start(small_video):
 
 def test_jpeg_decoder_gives_rgb(small_video):
     cv2 = pytest.importorskip("cv2")
-    from overlay_manager.lab.probe_quality import Decoder
-    from overlay_manager.lab.scene import VideoFrames, psnr
+    from overlay_manager.lab.probe.quality import Decoder
+    from overlay_manager.lab.probe.scene import VideoFrames, psnr
 
     rgb = VideoFrames(small_video, 160, 120).next()[1]
     ok, jpg = cv2.imencode(".jpg", cv2.cvtColor(rgb, cv2.COLOR_RGB2BGR), [cv2.IMWRITE_JPEG_QUALITY, 90])
@@ -183,8 +183,8 @@ def test_h264_on_the_real_scene():
     by the probe's decoder: every message gives its picture, PSNR around 40 dB (and far less against
     the wrong source frame)."""
     av = pytest.importorskip("av")
-    from overlay_manager.lab.probe_quality import Decoder
-    from overlay_manager.lab.scene import DEFAULT_VIDEO, VideoFrames, psnr
+    from overlay_manager.lab.probe.quality import Decoder
+    from overlay_manager.lab.probe.scene import DEFAULT_VIDEO, VideoFrames, psnr
 
     if not DEFAULT_VIDEO.exists():
         pytest.skip(f"{DEFAULT_VIDEO} missing (Debian package opencv-doc)")

@@ -1,11 +1,11 @@
-"""Lab spec validation (overlay_manager.lab.spec): errors name the file and the key. Pure."""
+"""Lab spec validation (overlay_manager.lab.campus.spec): errors name the file and the key. Pure."""
 from __future__ import annotations
 
 import tempfile
 import unittest
 from pathlib import Path
 
-from overlay_manager.lab.spec import (
+from overlay_manager.lab.campus.spec import (
     Impairment,
     NatKind,
     SpecError,

@@ -1,7 +1,7 @@
-"""overlay_manager.lab.units: unit files read as systemd reads them, and the stop-propagation graph."""
+"""overlay_manager.lab.campus.units: unit files read as systemd reads them, and the stop-propagation graph."""
 import pytest
 
-from overlay_manager.lab import units as u
+from overlay_manager.lab.campus import units as u
 
 
 def _write(d, files):

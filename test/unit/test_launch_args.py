@@ -24,7 +24,7 @@ list must shrink when they are documented."""
 
 def test_there_are_launch_files():
     names = [p.name for p in FILES]
-    assert "robot.launch" in names and "rosbridge.launch" in names and "monitor.launch" in names
+    assert "robot.launch" in names and "rosbridge.launch" in names and "diagnostics.launch" in names
 
 
 @pytest.mark.parametrize("path", [

@@ -1,7 +1,7 @@
 """iperf3 / ping output parsing."""
 import pytest
 
-from overlay_manager import links as L
+from overlay_manager.system import iperf as L
 
 
 def test_iperf_tcp_and_udp():

@@ -7,13 +7,12 @@ from __future__ import annotations
 
 import os
 
-from tsfake import recorded
-
-from overlay_manager import peers as P
-from overlay_manager.config import apply_overrides, load_robot_config
-from overlay_manager.monitor import OverlayMonitor
-from overlay_manager.monitor_types import ERROR, WARN
-from overlay_manager.tailscale import LocalAPI
+from overlay_manager.core import peers as P
+from overlay_manager.core.config import apply_overrides, load_robot_config
+from overlay_manager.monitor.overlay_monitor import OverlayMonitor
+from overlay_manager.monitor.readings import ERROR, WARN
+from overlay_manager.tailscaled.localapi import LocalAPI
+from overlay_manager.testing.tsfake import recorded
 
 EXAMPLE = os.path.join(os.path.dirname(__file__), "..", "..", "config", "robot.example.yaml")
 

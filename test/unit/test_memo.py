@@ -1,5 +1,5 @@
 """IdentityMemo: values reused for the same source object and extra, built again otherwise."""
-from overlay_manager.memo import IdentityMemo
+from overlay_manager.core.memo import IdentityMemo
 
 
 class Src:

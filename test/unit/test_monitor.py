@@ -3,10 +3,10 @@ import math
 import os
 import shutil
 
-from overlay_manager.config import apply_overrides, load_robot_config
-from overlay_manager.monitor import OverlayMonitor
-from overlay_manager.monitor_types import ERROR, OK, WARN
-from overlay_manager.tailscale import LocalAPI
+from overlay_manager.core.config import apply_overrides, load_robot_config
+from overlay_manager.monitor.overlay_monitor import OverlayMonitor
+from overlay_manager.monitor.readings import ERROR, OK, WARN
+from overlay_manager.tailscaled.localapi import LocalAPI
 
 ROOT = os.path.join(os.path.dirname(__file__), "..", "..")
 EXAMPLE = os.path.join(ROOT, "config", "robot.example.yaml")

@@ -7,11 +7,11 @@ import time
 
 import pytest
 
-from overlay_manager.config import apply_overrides, load_robot_config
-from overlay_manager.monitor import OverlayMonitor
-from overlay_manager.monitor_types import ERROR, HANG_REPORT_S, OK, STATUS_TIMEOUT_S
-from overlay_manager.peers import PATH_DIRECT, PATH_OFFLINE, PATH_UNKNOWN, UINT64_MAX
-from overlay_manager.tailscale import LocalAPI
+from overlay_manager.core.config import apply_overrides, load_robot_config
+from overlay_manager.core.peers import PATH_DIRECT, PATH_OFFLINE, PATH_UNKNOWN, UINT64_MAX
+from overlay_manager.monitor.overlay_monitor import OverlayMonitor
+from overlay_manager.monitor.readings import ERROR, HANG_REPORT_S, OK, STATUS_TIMEOUT_S
+from overlay_manager.tailscaled.localapi import LocalAPI
 
 ROOT = os.path.join(os.path.dirname(__file__), "..", "..")
 EXAMPLE = os.path.join(ROOT, "config", "robot.example.yaml")
@@ -149,7 +149,7 @@ def test_freshness_changes_at_names_the_moment_it_turns_stale(fake_tailscaled, t
 
 
 def test_never_read_is_stale_with_nan_age(tmp_path):
-    from tsfake import FakeTailscaled
+    from overlay_manager.testing.tsfake import FakeTailscaled
     fake = FakeTailscaled()
     fake.stop()
     m = _monitor(fake, tmp_path)

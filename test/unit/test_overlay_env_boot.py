@@ -4,11 +4,12 @@ import threading
 import time
 
 import pytest
-from tsfake import FakeTailscaled, write_robot_config
 
-from overlay_manager.config import load_robot_config
-from overlay_manager.hosts import BEGIN, LOOPBACK
-from overlay_manager.ros_env import compute_env, keep_in_step, main
+from overlay_manager.cli.overlay_env import keep_in_step, main
+from overlay_manager.core.config import load_robot_config
+from overlay_manager.core.ros_env import compute_env
+from overlay_manager.system.hosts import BEGIN, LOOPBACK
+from overlay_manager.testing.tsfake import FakeTailscaled, write_robot_config
 
 OUTSIDE = b"127.0.0.1 localhost\n"
 

@@ -1,7 +1,7 @@
 """`overlay_env --write-hosts` against a fake tailscaled: split horizon, any bytes, clear errors."""
 import time
 
-from overlay_manager.ros_env import main
+from overlay_manager.cli.overlay_env import main
 
 OUTSIDE = b"127.0.0.1\tlocalhost\r\n# caf\xe9 \xff not UTF-8\r\n"
 

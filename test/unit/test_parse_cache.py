@@ -7,9 +7,8 @@ from __future__ import annotations
 import copy
 import math
 
-from tsfake import recorded
-
-from overlay_manager.peers import parse_status, with_latency
+from overlay_manager.core.peers import parse_status, with_latency
+from overlay_manager.testing.tsfake import recorded
 
 
 def two_peers() -> dict:

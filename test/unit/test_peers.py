@@ -1,10 +1,9 @@
 """Path classification and status parsing against JSON recorded from a real tailscaled."""
 import math
 
-from tsfake import recorded
-
-from overlay_manager import nat as N
-from overlay_manager import peers as P
+from overlay_manager.core import nat as N
+from overlay_manager.core import peers as P
+from overlay_manager.testing.tsfake import recorded
 
 
 def _peer(status):

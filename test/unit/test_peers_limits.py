@@ -4,10 +4,9 @@ import json
 import math
 from dataclasses import replace
 
-from tsfake import huge_status, recorded
-
-from overlay_manager import nat as N
-from overlay_manager import peers as P
+from overlay_manager.core import nat as N
+from overlay_manager.core import peers as P
+from overlay_manager.testing.tsfake import huge_status, recorded
 
 
 def _peer(status):

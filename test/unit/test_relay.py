@@ -8,9 +8,10 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import pytest
 
-from overlay_manager import relay as R
-from overlay_manager.tailscale import LocalAPI, TailscaleError
-from overlay_manager.validation import MISSING, ConfigError, Reader
+from overlay_manager.core import config as C
+from overlay_manager.core.validation import MISSING, ConfigError, Reader
+from overlay_manager.tailscaled import relay as R
+from overlay_manager.tailscaled.localapi import LocalAPI, TailscaleError
 
 READER = Reader("robot.yaml")
 
@@ -48,12 +49,12 @@ class PrefsTailscaled:
 
 
 def test_settings_defaults_and_canonical_endpoints() -> None:
-    assert R.parse_relay_settings(READER, None) is None
-    assert R.parse_relay_settings(READER, MISSING) is None
-    assert R.parse_relay_settings(READER, {}) == R.RelaySettings(40000, ())
-    s = R.parse_relay_settings(READER, {"port": 41000, "static_endpoints": ["192.0.2.1:41000", "[2001:db8::1]:41000",
+    assert C.parse_relay_settings(READER, None) is None
+    assert C.parse_relay_settings(READER, MISSING) is None
+    assert C.parse_relay_settings(READER, {}) == C.RelaySettings(40000, ())
+    s = C.parse_relay_settings(READER, {"port": 41000, "static_endpoints": ["192.0.2.1:41000", "[2001:db8::1]:41000",
                                                                    "192.0.2.1:41000"]})
-    assert s == R.RelaySettings(41000, ("192.0.2.1:41000", "[2001:db8::1]:41000"))
+    assert s == C.RelaySettings(41000, ("192.0.2.1:41000", "[2001:db8::1]:41000"))
 
 
 @pytest.mark.parametrize("raw,key,words", [
@@ -70,20 +71,20 @@ def test_settings_defaults_and_canonical_endpoints() -> None:
 ])
 def test_settings_errors_name_the_key(raw: Any, key: str, words: str) -> None:
     with pytest.raises(ConfigError) as e:
-        R.parse_relay_settings(READER, raw)
+        C.parse_relay_settings(READER, raw)
     assert e.value.key == key and words in str(e.value)
     assert str(e.value).startswith(f"robot.yaml: {key}: ")
 
 
 def test_patch_only_when_different() -> None:
-    want = R.RelaySettings(40000, ("192.0.2.1:40000",))
+    want = C.RelaySettings(40000, ("192.0.2.1:40000",))
     assert R.relay_prefs_patch({}, None) is None
     on = R.relay_prefs_patch({}, want)
     assert on == {"RelayServerPort": 40000, "RelayServerPortSet": True,
                   "RelayServerStaticEndpoints": ["192.0.2.1:40000"], "RelayServerStaticEndpointsSet": True}
     have = {"RelayServerPort": 40000, "RelayServerStaticEndpoints": ["192.0.2.1:40000"]}
     assert R.relay_prefs_patch(have, want) is None
-    assert R.relay_prefs_patch(have, R.RelaySettings(40000, ()))["RelayServerStaticEndpoints"] == []
+    assert R.relay_prefs_patch(have, C.RelaySettings(40000, ()))["RelayServerStaticEndpoints"] == []
     off = R.relay_prefs_patch(have, None)
     assert off["RelayServerPort"] is None and off["RelayServerPortSet"] is True
 
@@ -91,7 +92,7 @@ def test_patch_only_when_different() -> None:
 def test_apply_turns_on_idempotently_and_off() -> None:
     ts = PrefsTailscaled()
     api = LocalAPI(transport=ts)
-    want = R.RelaySettings(40000, ())
+    want = C.RelaySettings(40000, ())
     r1 = R.apply_relay(api, want)
     assert r1.changed and r1.active and "on UDP 40000 (was off)" in r1.message
     assert ts.prefs["RelayServerPort"] == 40000
@@ -107,7 +108,7 @@ def test_apply_turns_on_idempotently_and_off() -> None:
 def test_apply_fails_clearly_when_tailscaled_ignores_the_prefs() -> None:
     api = LocalAPI(transport=PrefsTailscaled(supports_relay=False))
     with pytest.raises(TailscaleError, match="relay server feature"):
-        R.apply_relay(api, R.RelaySettings())
+        R.apply_relay(api, C.RelaySettings())
 
 
 # status.ServerStatus as tailscaled v1.102.5 encodes it (netip.AddrPort -> "ip:port").
@@ -140,23 +141,23 @@ def test_read_state_keeps_errors() -> None:
 
 def test_summary_says_what_it_means() -> None:
     state = R.parse_relay_sessions(SESSIONS)
-    text, ok = R.relay_summary(R.RelaySettings(40000), state)
+    text, ok = R.relay_summary(C.RelaySettings(40000), state)
     assert ok and text == "relays on UDP 40000: 2 session(s), 1 carrying traffic"
     assert R.relay_summary(None, R.RelayServerState()) == ("not a peer relay", True)
     text, ok = R.relay_summary(None, state)
     assert not ok and "does not ask for" in text
-    text, ok = R.relay_summary(R.RelaySettings(40000), R.RelayServerState())
+    text, ok = R.relay_summary(C.RelaySettings(40000), R.RelayServerState())
     assert not ok and "relay server is off" in text
-    text, ok = R.relay_summary(R.RelaySettings(41000), state)
+    text, ok = R.relay_summary(C.RelaySettings(41000), state)
     assert not ok and "serves UDP 40000" in text
-    text, ok = R.relay_summary(R.RelaySettings(40000), R.RelayServerState(error="boom"))
+    text, ok = R.relay_summary(C.RelaySettings(40000), R.RelayServerState(error="boom"))
     assert not ok and "boom" in text
 
 
 def test_dashboard_words_for_peer_relay() -> None:
     from types import SimpleNamespace
 
-    from overlay_manager.dashboard import format as fmt
+    from overlay_manager.dashboard import text as fmt
 
     peer = SimpleNamespace(path="peer-relay", endpoint="10.231.12.10:40000:vni:3", relay_region="lab",
                            peer_relay="10.231.12.10:40000", relay_host="relay1")
@@ -175,7 +176,7 @@ def test_dashboard_words_for_peer_relay() -> None:
 
 
 def test_peer_relay_fields_from_status() -> None:
-    from overlay_manager import peers as P
+    from overlay_manager.core import peers as P
 
     assert P.relay_endpoint("192.168.0.1:40000:vni:1") == "192.168.0.1:40000"
     assert P.relay_endpoint("[2001:db8::1]:40000:vni:7") == "[2001:db8::1]:40000"
@@ -216,7 +217,7 @@ def test_peer_relay_fields_from_status() -> None:
 
 
 def _robot_cfg(relay: Any) -> Any:
-    from overlay_manager.config import parse_robot_config
+    from overlay_manager.core.config import parse_robot_config
 
     raw = {"hostname": "relay1", "login_server": "https://10.231.0.2:8443", "base_domain": "fleet.internal",
            "master": "robot1"}
@@ -226,8 +227,8 @@ def _robot_cfg(relay: Any) -> Any:
 
 
 def test_monitor_turns_relay_on_reports_it_and_off_when_key_removed() -> None:
-    from overlay_manager.monitor import OverlayMonitor
-    from overlay_manager.monitor_types import OK, WARN
+    from overlay_manager.monitor.overlay_monitor import OverlayMonitor
+    from overlay_manager.monitor.readings import OK, WARN
 
     ts = PrefsTailscaled(sessions=SESSIONS)
     api = LocalAPI(transport=ts)
@@ -249,8 +250,8 @@ def test_monitor_turns_relay_on_reports_it_and_off_when_key_removed() -> None:
 
 
 def test_monitor_relay_failure_is_reported_not_raised() -> None:
-    from overlay_manager.monitor import OverlayMonitor
-    from overlay_manager.monitor_types import WARN
+    from overlay_manager.monitor.overlay_monitor import OverlayMonitor
+    from overlay_manager.monitor.readings import WARN
 
     m = OverlayMonitor(_robot_cfg({}), LocalAPI(transport=PrefsTailscaled(supports_relay=False)))
     note = m.refresh_relay()
@@ -265,7 +266,7 @@ def test_monitor_relay_failure_is_reported_not_raised() -> None:
 
 
 def test_wait_for_peer_accepts_peer_relay_only_when_asked() -> None:
-    from overlay_manager.monitor import OverlayMonitor
+    from overlay_manager.monitor.overlay_monitor import OverlayMonitor
 
     status = {"BackendState": "Running", "Self": {"DNSName": "robot3.fleet.internal.", "Online": True},
               "Peer": {"k": {"DNSName": "robot4.fleet.internal.", "HostName": "robot4", "Online": True,

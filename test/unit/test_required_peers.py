@@ -2,12 +2,11 @@
 and the ROS master's machine); a closed operator laptop turns nothing red."""
 import os
 
-from tsfake import write_robot_config
-
-from overlay_manager.config import load_robot_config
-from overlay_manager.monitor import OverlayMonitor
-from overlay_manager.monitor_types import ERROR, OK
-from overlay_manager.tailscale import LocalAPI
+from overlay_manager.core.config import load_robot_config
+from overlay_manager.monitor.overlay_monitor import OverlayMonitor
+from overlay_manager.monitor.readings import ERROR, OK
+from overlay_manager.tailscaled.localapi import LocalAPI
+from overlay_manager.testing.tsfake import write_robot_config
 
 ROOT = os.path.join(os.path.dirname(__file__), "..", "..")
 

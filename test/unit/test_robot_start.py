@@ -2,21 +2,20 @@
 import os
 import stat
 import subprocess
-import sys
 
 import pytest
 
-from overlay_manager.config import load_robot_config
-from overlay_manager.enrolment import ensure_enrolled
-from overlay_manager.ros_env import _systemd_value, compute_env, main
-from overlay_manager.tailscale import EnrolError, LocalAPI
+from overlay_manager.cli.overlay_env import main
+from overlay_manager.core.config import load_robot_config
+from overlay_manager.core.ros_env import _systemd_value, compute_env
+from overlay_manager.tailscaled.enrolment import ensure_enrolled
+from overlay_manager.tailscaled.localapi import EnrolError, LocalAPI
+from overlay_manager.testing.tsfake import FakeTailscaled, write_robot_config
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.abspath(os.path.join(HERE, "..", ".."))
 EXAMPLE = os.path.join(ROOT, "config", "robot.example.yaml")
 SCRIPT = os.path.join(ROOT, "scripts", "overlay_env")
-sys.path.insert(0, HERE)
-from tsfake import FakeTailscaled, write_robot_config  # noqa: E402
 
 SECRET = "hskey-auth-REAUTH-SECRET-0123456789"
 

@@ -2,8 +2,9 @@
 import os
 import subprocess
 
-from overlay_manager.config import load_robot_config
-from overlay_manager.ros_env import compute_env, main
+from overlay_manager.cli.overlay_env import main
+from overlay_manager.core.config import load_robot_config
+from overlay_manager.core.ros_env import compute_env
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 EXAMPLE = os.path.join(ROOT, "config", "robot.example.yaml")

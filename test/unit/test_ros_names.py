@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from overlay_manager.ros_names import overlay_node, ros_namespace
+from overlay_manager.core.ros_names import overlay_node, ros_namespace
 
 LEGAL_BASE = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")  # rosgraph.names' rule for a base name
 

@@ -7,10 +7,10 @@ import socket
 
 import pytest
 
-from overlay_manager import firewall
-from overlay_manager.diagnose import beyond_overlay, rosbridge_diagnostic
-from overlay_manager.monitor_types import OK, WARN, PortReading
-from overlay_manager.sockets import Listener, on_port, parse_proc_net_tcp, read_listeners
+from overlay_manager.monitor.diagnose import beyond_overlay, rosbridge_diagnostic
+from overlay_manager.monitor.readings import OK, WARN, PortReading
+from overlay_manager.system import firewall
+from overlay_manager.system.sockets import Listener, on_port, parse_proc_net_tcp, read_listeners
 
 # Lines as this kernel prints them (x86, little-endian host order), with listeners bound to
 # 0.0.0.0:9090, 127.0.0.1:9091, 100.64.0.2:9090, 10.231.0.10:9094 and an established connection.
@@ -189,7 +189,7 @@ def test_nothing_listening_warns():
 
 # ----- overlay_env --rosbridge-firewall: argument errors (no root needed) ----------------------
 def test_overlay_env_rejects_bad_firewall_args(capsys):
-    from overlay_manager.ros_env import main
+    from overlay_manager.cli.overlay_env import main
     assert main(["--rosbridge-firewall", "http"]) == 1
     assert "give a TCP port" in capsys.readouterr().err
     assert main(["--rosbridge-firewall", "9090", "--overlay-interface", "a b"]) == 1

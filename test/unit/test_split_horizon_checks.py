@@ -1,10 +1,10 @@
 """Split horizon in the node's logic: the hosts block it writes and the own-name preflight check."""
 import os
 
-from overlay_manager import diagnose
-from overlay_manager import monitor as M
-from overlay_manager.config import apply_overrides, load_robot_config
-from overlay_manager.tailscale import LocalAPI
+from overlay_manager.core.config import apply_overrides, load_robot_config
+from overlay_manager.monitor import overlay_monitor as M
+from overlay_manager.system import probes
+from overlay_manager.tailscaled.localapi import LocalAPI
 
 EXAMPLE = os.path.join(os.path.dirname(__file__), "..", "..", "config", "robot.example.yaml")
 OWN = "robota.fleet.internal"  # the fake tailscaled's own machine (100.64.0.1)
@@ -17,8 +17,8 @@ def _monitor(fake, tmp_path):
 
 
 def _resolves(fake, tmp_path, monkeypatch, answers):
-    monkeypatch.setattr(diagnose, "resolve", lambda name: answers.get(name, []))
-    monkeypatch.setattr(diagnose, "tcp_answers", lambda *a, **k: False)
+    monkeypatch.setattr(probes, "resolve", lambda name: tuple(answers.get(name, [])))
+    monkeypatch.setattr(probes, "tcp_answers", lambda *a, **k: False)
     m = _monitor(fake, tmp_path)
     try:
         m.poll()

@@ -1,9 +1,9 @@
-"""The one statistics definition (overlay_manager.stats): percentiles, rates, latencies, summaries."""
+"""The one statistics definition (overlay_manager.core.stats): percentiles, rates, latencies, summaries."""
 import math
 
 import pytest
 
-from overlay_manager.stats import latency_stats, percentile, rate_stats, summary
+from overlay_manager.core.stats import latency_stats, percentile, rate_stats, summary
 
 
 def test_percentile_interpolates_linearly_between_ranks():

@@ -5,9 +5,9 @@ import os
 import random
 
 import pytest
-from tsfake import recorded, status_body
 
-from overlay_manager.status_json import StatusDecoder
+from overlay_manager.tailscaled.status_json import StatusDecoder
+from overlay_manager.testing.tsfake import recorded, status_body
 
 DATA = os.path.join(os.path.dirname(__file__), "..", "data")
 

@@ -4,7 +4,7 @@ import stat
 
 import pytest
 
-from overlay_manager import tailscale as T
+from overlay_manager.tailscaled import localapi as T
 
 
 def test_status_over_unix_socket(fake_tailscaled):

@@ -1,4 +1,4 @@
-"""Unit tests of the topic-link mapping (overlay_manager.topology) and the graph reader's logic
+"""Unit tests of the topic-link mapping (overlay_manager.core.topic_links) and the graph reader's logic
 with an injected XML-RPC call (the real calls are exercised by the topic_links rostest)."""
 
 from __future__ import annotations
@@ -7,11 +7,9 @@ import math
 import time
 
 import pytest
-from tsfake import recorded
 
-from overlay_manager.graph_reader import GraphError, GraphReader, TopicMapper
-from overlay_manager.peers import parse_status
-from overlay_manager.topology import (
+from overlay_manager.core.peers import parse_status
+from overlay_manager.core.topic_links import (
     Connection,
     MachineMap,
     RateTracker,
@@ -22,6 +20,8 @@ from overlay_manager.topology import (
     peers_with_links,
     uri_host,
 )
+from overlay_manager.ros.graph_reader import GraphError, GraphReader, TopicMapper
+from overlay_manager.testing.tsfake import recorded
 
 # the recorded tailnet: this machine robota (100.64.0.1), peer robotb direct at 10.250.0.3:41641
 SNAP = parse_status(recorded("status_direct.json"))
@@ -288,8 +288,8 @@ def test_mapper_asks_only_publishers_crossing_this_machine_and_caches_uris() -> 
 
 
 def test_parse_host_aliases() -> None:
-    from overlay_manager.config import ConfigError
-    from overlay_manager.topology import parse_host_aliases
+    from overlay_manager.core.config import ConfigError
+    from overlay_manager.core.topic_links import parse_host_aliases
 
     assert parse_host_aliases(None, "p") == {}
     assert parse_host_aliases({"192.168.1.20": "robot1.fleet.internal", " lan-cam ": "robot2"}, "p") == {

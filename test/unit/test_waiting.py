@@ -1,11 +1,11 @@
-"""The one bounded poll (overlay_manager.waiting.wait_for) and log tail, as the lab uses them."""
+"""The one bounded poll (overlay_manager.system.waiting.wait_for) and log tail, as the lab uses them."""
 import time
 
 import pytest
 
-from overlay_manager.lab.errors import LabError, LabTimeout
-from overlay_manager.lab.system import wait_for as lab_wait_for
-from overlay_manager.waiting import WaitTimeout, tail, wait_for
+from overlay_manager.lab.campus.errors import LabError, LabTimeout
+from overlay_manager.lab.campus.system import wait_for as lab_wait_for
+from overlay_manager.system.waiting import WaitTimeout, tail, wait_for
 
 
 def test_returns_the_first_truthy_value():

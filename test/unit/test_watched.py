@@ -6,12 +6,11 @@ from __future__ import annotations
 import copy
 import os
 
-from tsfake import FakeTailscaled, recorded
-
-from overlay_manager.config import apply_overrides, load_robot_config, override_master
-from overlay_manager.monitor import OverlayMonitor
-from overlay_manager.tailscale import LocalAPI
-from overlay_manager.topology import MachineMap, SystemState, build_links, peers_with_links
+from overlay_manager.core.config import apply_overrides, load_robot_config, override_master
+from overlay_manager.core.topic_links import MachineMap, SystemState, build_links, peers_with_links
+from overlay_manager.monitor.overlay_monitor import OverlayMonitor
+from overlay_manager.tailscaled.localapi import LocalAPI
+from overlay_manager.testing.tsfake import FakeTailscaled, recorded
 
 EXAMPLE = os.path.join(os.path.dirname(__file__), "..", "..", "config", "robot.example.yaml")
 

@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from overlay_manager.workers import ERROR, INFO, LogQueue, Worker, describe
+from overlay_manager.system.workers import ERROR, INFO, LogQueue, Worker, describe
 
 
 def _until(pred, timeout=3.0):

@@ -1,0 +1,181 @@
+"""The node's ROS messages, built from the monitor's immutable values (overlay-report thread).
+
+What changes between two reports at 500 peers is a handful of peers (the ones carrying traffic:
+byte counters, handshake times). Everything here reuses what did not change: a peer's ``Peer``
+message and its bytes, a diagnostic entry's ``DiagnosticStatus`` and its bytes (see wire.py), and
+the topology key of a reading, which the reporting thread compares ten times a second.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+from typing import List, Optional, Sequence
+
+import rospy
+from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
+
+from overlay_manager.core.peers import TIME_MAX, PeerState, clamp_uint64
+from overlay_manager.monitor.overlay_monitor import OverlayMonitor
+from overlay_manager.monitor.readings import ERROR, OK, Diagnostic, Freshness, Reading
+from overlay_manager.msg import NatSummary, OverlayStatus, Peer, PeerList
+from overlay_manager.ros.wire import ElementCache, cached_tail_class, to_bytes
+from overlay_manager.system.workers import WorkerHealth
+from overlay_manager.tailscaled.derper import derper_summary
+from overlay_manager.tailscaled.relay import relay_summary
+
+CachedPeerList = cached_tail_class(PeerList, "peers")
+"""PeerList whose peers are written from bytes serialized once per peer (same type on the wire)."""
+CachedDiagnosticArray = cached_tail_class(DiagnosticArray, "status")
+"""DiagnosticArray whose entries are written from bytes serialized once per entry."""
+
+
+def ros_time(posix_s: float) -> rospy.Time:
+    """POSIX seconds -> rospy.Time; 0 (unknown) outside ROS time's range or not finite."""
+    if not (isinstance(posix_s, (int, float)) and math.isfinite(posix_s) and 0 < posix_s <= TIME_MAX):
+        return rospy.Time(0)
+    return rospy.Time.from_sec(posix_s)
+
+
+def peer_msg(p: Optional[PeerState]) -> Peer:
+    """PeerState -> overlay_manager/Peer (counters clamped to uint64, bad times -> 0)."""
+    m = Peer()
+    if p is None:
+        m.path = Peer.PATH_UNKNOWN
+        m.latency_ms = math.nan
+        return m
+    m.name, m.dns_name, m.addresses = p.name, p.dns_name, list(p.addresses)
+    m.online, m.active, m.path = p.online, p.active, p.path
+    m.endpoint, m.relay_region, m.latency_ms = p.endpoint, p.relay_region, p.latency_ms
+    m.last_handshake, m.last_seen = ros_time(p.last_handshake), ros_time(p.last_seen)
+    m.rx_bytes, m.tx_bytes = clamp_uint64(p.rx_bytes), clamp_uint64(p.tx_bytes)
+    m.tags, m.os = list(p.tags), p.os
+    m.peer_relay, m.relay_host, m.relay_vni = p.peer_relay, p.relay_host, p.relay_vni
+    m.derp_region = p.derp_region
+    return m
+
+
+def status_key(st: OverlayStatus) -> Optional[bytes]:
+    """The whole message serialized, except header.stamp and status_age (which change every
+    time): equal keys mean nothing worth publishing at once changed. None when it cannot be
+    serialized (the publish will say why)."""
+    saved = st.header.stamp, st.status_age
+    st.header.stamp, st.status_age = rospy.Time(0), 0.0
+    buf = io.BytesIO()
+    try:
+        st.serialize(buf)
+    except Exception:  # noqa: BLE001 - reported by the publish that follows
+        return None
+    finally:
+        st.header.stamp, st.status_age = saved
+    return buf.getvalue()
+
+
+class ReportMessages:
+    """Builds ~peers, ~status and /diagnostics for one node; used by one thread (overlay-report).
+
+    Args:
+        monitor: the node's logic (read only: its current reading, NAT, relay and ROS env).
+        node_name: this node's name without the leading slash (prefix of diagnostic names).
+    """
+
+    def __init__(self, monitor: OverlayMonitor, node_name: str) -> None:
+        self.m = monitor
+        self.cfg = monitor.cfg
+        self.node_name = node_name
+        self._peers = ElementCache()
+        self._diags = ElementCache()
+
+    def peer_list(self, reading: Reading, fresh: Freshness, now: rospy.Time) -> PeerList:
+        """~peers: stamp = when tailscaled last answered (now if never), stale as in ~status."""
+        snap = reading.snapshot
+        pl = CachedPeerList()
+        pl.header.stamp = ros_time(reading.ok_wall) if reading.ok_wall > 0 else now
+        pl.stale = fresh.stale
+        pl.self_peer = peer_msg(snap.self_peer if snap else None)
+        peers = snap.peers if snap else ()
+        try:
+            pl.peers, count, data = self._peers.messages(peers, peer_msg)
+        except Exception:  # noqa: BLE001 - a peer that cannot be serialized: the publish says why
+            pl.peers = [peer_msg(p) for p in peers]
+        else:
+            pl.set_tail(count, data)
+        return pl
+
+    def status(self, reading: Reading, fresh: Freshness, health: Sequence[WorkerHealth],
+               publish_faults: Sequence[str]) -> OverlayStatus:
+        """Current OverlayStatus (header.stamp left 0 for the caller)."""
+        snap = reading.snapshot
+        st = OverlayStatus()
+        st.tailscaled_reachable = not fresh.stale
+        st.login_server = self.cfg.login_server
+        env = self.m.ros_env()
+        st.ros_master_uri, st.ros_hostname = env.ros_master_uri, env.ros_hostname
+        if snap:
+            st.backend_state = snap.backend_state
+            st.enrolled = snap.backend_state == "Running"
+            st.control_reachable = snap.control_reachable
+            st.health = list(snap.health)
+            st.tailscale_version = snap.version
+            if snap.self_peer:
+                st.self_name, st.self_dns_name = snap.self_peer.name, snap.self_peer.dns_name
+                st.self_addresses = list(snap.self_peer.addresses)
+        if fresh.stale:
+            st.backend_state, st.enrolled, st.control_reachable = "", False, False
+            st.health = [fresh.error] if fresh.error else []
+        st.stale, st.error = fresh.stale, fresh.error
+        st.status_age = fresh.age_s
+        st.faults = [h.message for h in health if h.level > OK] + sorted(publish_faults)
+        nat = self.m.nat
+        st.nat = NatSummary(known=nat.known, udp=nat.udp, hard_nat=nat.hard_nat,
+                            hard_nat_known=nat.hard_nat_known, preferred_derp=nat.preferred_derp,
+                            preferred_derp_latency_ms=nat.preferred_derp_latency_ms, summary=nat.summary,
+                            preferred_derp_name=nat.preferred_derp_name,
+                            region_codes=[c for c, _, _ in nat.region_latency],
+                            region_names=[n for _, n, _ in nat.region_latency],
+                            region_latency_ms=[ms for _, _, ms in nat.region_latency])
+        relay = self.m.relay_state
+        st.relay_active = relay.active
+        st.relay_port = relay.port if relay.port and 0 < relay.port < 65536 else 0  # uint16 (0 = off/unknown)
+        st.relay_sessions = min(len(relay.sessions), 2 ** 32 - 1)
+        st.relay_summary = relay_summary(self.cfg.relay, relay)[0]
+        d = self.m.derper_state
+        st.derper_listening = d.listening
+        st.derper_region = self.cfg.derper.region if self.cfg.derper else ""
+        st.derper_connections = min(d.connections, 2 ** 32 - 1)
+        st.derper_home_clients = min(d.home_connections, 2 ** 32 - 1)
+        st.derper_clients = min(d.clients, 2 ** 32 - 1)
+        st.derper_bytes_received = min(d.bytes_received, 2 ** 64 - 1)
+        st.derper_bytes_sent = min(d.bytes_sent, 2 ** 64 - 1)
+        st.derper_summary = derper_summary(self.cfg.derper, d)[0]
+        return st
+
+    def _diag_status(self, d: Diagnostic) -> DiagnosticStatus:
+        s = DiagnosticStatus(level=d.level, name=f"{self.node_name}: {d.name}", message=d.message,
+                             hardware_id=self.cfg.hostname)
+        s.values = [KeyValue(key=k, value=v) for k, v in d.values]
+        return s
+
+    def diagnostics(self, now: rospy.Time, diags: Sequence[Diagnostic], health: Sequence[WorkerHealth],
+                    publish_faults: Sequence[str]) -> DiagnosticArray:
+        """The monitor's entries (the overlay, one per peer) and one for the node's own threads."""
+        arr = CachedDiagnosticArray()
+        arr.header.stamp = now
+        bad = [h for h in health if h.level > OK]
+        problems = [h.message for h in bad] + sorted(publish_faults)
+        level = max([h.level for h in bad] + ([ERROR] if publish_faults else []) + [OK])
+        threads = DiagnosticStatus(level=level, name=f"{self.node_name}: node threads",
+                                   message="; ".join(problems) if problems else f"{len(health)} threads running",
+                                   hardware_id=self.cfg.hostname)
+        threads.values = [KeyValue(key=h.name, value=h.message or f"ok, {h.cycles} cycles") for h in health]
+        entries: List[DiagnosticStatus]
+        try:
+            entries, count, data = self._diags.messages(diags, self._diag_status)
+            data += to_bytes(threads)
+        except Exception:  # noqa: BLE001 - an entry that cannot be serialized: the publish says why
+            arr.status = [self._diag_status(d) for d in diags] + [threads]
+            return arr
+        arr.status = entries + [threads]
+        arr.set_tail(count + 1, data)
+        return arr
+
