@@ -33,7 +33,7 @@ import math
 from dataclasses import dataclass, field, replace
 from typing import Any, Dict, Iterable, List, Mapping, MutableMapping, Optional, Tuple
 
-from overlay_manager.core.validation import parse_rfc3339
+from overlay_manager.core.rfc3339 import parse_rfc3339
 
 PATH_UNKNOWN = "unknown"
 PATH_IDLE = "idle"

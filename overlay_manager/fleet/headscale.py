@@ -16,7 +16,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple, Union
 
-from overlay_manager.core.validation import parse_rfc3339, redact
+from overlay_manager.core.rfc3339 import parse_rfc3339
+from overlay_manager.core.validation import redact
 from overlay_manager.fleet.config import FleetError
 
 #: Seconds one CLI call may take before it is abandoned.

@@ -17,10 +17,10 @@ import pytest
 import yaml
 
 from overlay_manager.core.config import load_robot_config
+from overlay_manager.core.rfc3339 import parse_rfc3339
 from overlay_manager.core.validation import (
     ConfigError,
     Reader,
-    parse_rfc3339,
     parse_yaml,
     redact,
     shorten,
