@@ -172,7 +172,8 @@ class OverlayMonitor:
         nobody would know tailscaled sends nonsense. Poll thread only."""
         notes = [f"tailscaled's status: {m}" for m in snap.malformed]
         for p in snap.peers:
-            notes.extend(f"peer {p.name or p.node_id or '?'}: tailscaled sent {m}" for m in p.malformed)
+            if p.malformed:
+                notes.extend(f"peer {p.name or p.node_id or '?'}: tailscaled sent {m}" for m in p.malformed)
         current = set(notes)
         for n in notes:
             if n not in self._malformed_seen:

@@ -124,6 +124,9 @@ class PeerRows:
         self._rows: Dict[str, PeerRow] = {}
         self._order: List[PeerRow] = []           # the last rows in the map's order
         self._sorted: Tuple[PeerRow, ...] = ()    # the same, sorted as Snapshot.peers
+        self._place: Dict[str, int] = {}          # status key -> index in _sorted
+        self._names: Mapping[str, str] = {}       # region_names of the last update
+        self._latency: Dict[str, float] = {}      # latency_ms of the last update
         self.built = 0                            # rows built by the last update (tests, benchmarks)
         self.parsed = 0                           # chunks parsed by the last update
 
@@ -138,14 +141,23 @@ class PeerRows:
             latency_ms: node key (dns_name or name) -> last measured RTT in ms.
         """
         old = self._rows
+        # nothing from outside the chunks changed: a row whose chunk is the same object is
+        # reused after one lookup (peer-relay rows still look up their relay host)
+        outside_same = (region_names is self._names or region_names == self._names) and \
+            _same_latency(latency_ms, self._latency)
         rows: Dict[str, PeerRow] = {}
         order: List[PeerRow] = []
-        built = parsed = 0
+        fresh: List[PeerRow] = []
+        parsed = 0
         if isinstance(chunks, dict):
             for key, src in chunks.items():
+                hit = old.get(key)
+                if outside_same and hit is not None and hit.source is src and not hit.base.peer_relay:
+                    rows[key] = hit
+                    order.append(hit)
+                    continue
                 if not isinstance(src, dict):
                     continue
-                hit = old.get(key)
                 if hit is not None and (hit.source is src or hit.source == src):
                     base = hit.base
                 else:
@@ -160,15 +172,38 @@ class PeerRows:
                     if relay_host or derp or not math.isnan(ms):
                         state = replace(base, relay_host=relay_host, derp_region=derp, latency_ms=ms)
                     hit = PeerRow(key, src if hit is None or hit.base is not base else hit.source, base, state)
-                    built += 1
+                    fresh.append(hit)
                 rows[key] = hit
                 order.append(hit)
-        old_order = self._order
-        if built or len(order) != len(old_order) or any(a is not b for a, b in zip(order, old_order)):
-            self._sorted = tuple(sorted(order, key=lambda r: (r.state.name, r.state.dns_name)))
+        self._sorted = self._sort(order, rows, fresh)
         self._rows, self._order = rows, order
-        self.built, self.parsed = built, parsed
+        self._names, self._latency = region_names, dict(latency_ms)
+        self.built, self.parsed = len(fresh), parsed
         return self._sorted
+
+    def _sort(self, order: List[PeerRow], rows: Dict[str, PeerRow], fresh: List[PeerRow]) -> Tuple[PeerRow, ...]:
+        """order sorted as Snapshot.peers (by name, then DNS name; ties in the map's order).
+        Rows that only replace a row of the same key and name are put in its place."""
+        old_order, old_rows = self._order, self._rows
+        new_ids = {id(r) for r in fresh}
+        if len(order) == len(old_order) and all(
+                a is b or (a.key == b.key and id(a) in new_ids) for a, b in zip(order, old_order)):
+            if not fresh:
+                return self._sorted
+            if all(old_rows[r.key].state.name == r.state.name and old_rows[r.key].state.dns_name == r.state.dns_name
+                   for r in fresh):
+                out = list(self._sorted)
+                for r in fresh:
+                    out[self._place[r.key]] = r
+                return tuple(out)
+        out_t = tuple(sorted(order, key=lambda r: (r.state.name, r.state.dns_name)))
+        self._place = {r.key: i for i, r in enumerate(out_t)}
+        return out_t
+
+
+def _same_latency(a: Mapping[str, float], b: Mapping[str, float]) -> bool:
+    """a and b hold the same keys and equal values (NaN equal to NaN)."""
+    return len(a) == len(b) and all(k in b and _same_ms(v, b[k]) for k, v in a.items())
 
 
 class DiagnosticParts(NamedTuple):

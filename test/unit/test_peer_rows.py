@@ -182,3 +182,62 @@ def test_with_latency_copies_only_changed_peers() -> None:
     assert math.isnan(by["robot-001"].latency_ms)
     again = P.with_latency(out, {"robot-000.fleet.internal": 1.5})
     assert all(a is b for a, b in zip(again.peers, out.peers))
+
+
+def test_seeded_sequences_of_reads_equal_parse_status_every_time() -> None:
+    """Traffic, path changes, renames (also to a name another peer has), peers joining and leaving,
+    map reordering, latency and region-name changes, decoded in pieces and whole: after every read
+    the rows equal a parse without the stage, and unchanged peers keep their row object."""
+    import random
+
+    for seed in range(8):
+        rnd = random.Random(seed)
+        st = tailnet(12)
+        stage, dec = PeerRows(), StatusDecoder()
+        latency: dict = {}
+        names = dict(NAMES)
+        last: dict = {}
+        nxt = 100
+        for _ in range(40):
+            peers = st["Peer"]
+            keys = list(peers)
+            for _ in range(rnd.randint(0, 3)):
+                k = rnd.choice(keys)
+                what = rnd.randrange(9)
+                if what == 0:
+                    peers[k]["RxBytes"] += 1
+                elif what == 1:
+                    peers[k]["CurAddr"] = rnd.choice(["", "192.0.2.1:41641"])
+                elif what == 2:
+                    peers[k]["HostName"] = rnd.choice(["a", "zz", "robot-003"])
+                    peers[k]["DNSName"] = peers[k]["HostName"] + ".fleet.internal."
+                elif what == 3 and len(peers) > 2:
+                    del peers[k]
+                    keys.remove(k)
+                elif what == 4:
+                    nxt += 1
+                    peers[f"nodekey:{nxt:064x}"] = dict(peers[keys[0]], ID=str(nxt), HostName=f"n{nxt}",
+                                                        DNSName=f"n{nxt}.fleet.internal.")
+                elif what == 5:
+                    items = list(peers.items())
+                    rnd.shuffle(items)
+                    st["Peer"] = peers = dict(items)
+                elif what == 6:
+                    p = peers[k]
+                    latency[(p["DNSName"].rstrip(".") or p["HostName"])] = rnd.choice([1.0, 2.0, math.nan])
+                elif what == 7:
+                    names = rnd.choice([{}, dict(NAMES), {"lab": "Other"}])
+                else:
+                    peers[k].update(CurAddr="", PeerRelay="192.0.2.1:40000:vni:3")
+            whole = rnd.random() < 0.2
+            doc = copy.deepcopy(st) if whole else dec.decode(status_body(st).decode())
+            rows = stage.update(doc["Peer"], names, latency)
+            want = P.with_latency(P.with_region_names(P.parse_status(st), names), latency)
+            assert tuple(r.state for r in rows) == want.peers, seed
+            assert [r.key for r in rows] == [r.key for r in sorted(rows, key=lambda r: (r.state.name,
+                                                                                        r.state.dns_name))]
+            for r in rows:
+                before = last.get(r.key)
+                if before is not None and before.state == r.state and before.source == r.source:
+                    assert r is before, seed             # unchanged input: the same row
+            last = {r.key: r for r in rows}
