@@ -22,7 +22,7 @@ import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import replace
-from typing import Callable, Dict, FrozenSet, List, Optional, Set
+from typing import Callable, Dict, FrozenSet, List, Optional, Set, Tuple
 
 from . import firewall, links, sockets
 from .config import RobotConfig
@@ -113,6 +113,7 @@ class OverlayMonitor:
         self.topic_peers: Optional[FrozenSet[str]] = None
         self._decoder = StatusDecoder()           # the poll thread's (unchanged peers' JSON reused)
         self._rows = PeerRows()                   # the poll thread's (rows of unchanged peers reused)
+        self._required: Tuple[Optional[RobotConfig], FrozenSet[str]] = (None, frozenset())  # required_peers()
         # who can reach rosbridge's port, as last read (overlay-rosbridge thread; one assignment);
         # None = not checked (node.rosbridge_port 0) or not read yet
         self.rosbridge: Optional[PortReading] = None
@@ -295,11 +296,16 @@ class OverlayMonitor:
     def required_peers(self) -> FrozenSet[str]:
         """Lower-case short names whose absence is an ERROR: node.required_peers and the ROS
         master's machine (unless that is this machine)."""
-        names = {n.rstrip(".").split(".")[0].lower() for n in self.cfg.node.required_peers}
-        master = self.cfg.master.rstrip(".").split(".")[0].lower()
-        if master != self.cfg.hostname.lower():
+        cfg = self.cfg
+        known = self._required
+        if known[0] is cfg:  # the same set while the config is the same (peer rows compare it by identity)
+            return known[1]
+        names = {n.rstrip(".").split(".")[0].lower() for n in cfg.node.required_peers}
+        master = cfg.master.rstrip(".").split(".")[0].lower()
+        if master != cfg.hostname.lower():
             names.add(master)
-        return frozenset(names)
+        self._required = (cfg, frozenset(names))
+        return self._required[1]
 
     def watched(self) -> List[PeerState]:
         """Online peers to keep fresh with disco pings (N^2 pings across a fleet otherwise).

@@ -65,7 +65,7 @@ class PeerRow:
         self.base = base
         self.state = state
         self._peer_wire: Optional[Tuple[Callable[..., Any], Any]] = None
-        self._diag: Optional[Tuple[bool, str, Diagnostic]] = None
+        self._diag: Optional[Tuple[bool, str, Diagnostic, FrozenSet[str]]] = None
         self._diag_wire: Optional[Tuple[Callable[..., Any], Diagnostic, Any]] = None
 
     def peer_wire(self, make: Callable[[PeerState], W]) -> W:
@@ -80,11 +80,15 @@ class PeerRow:
         """The peer's /diagnostics entry (diagnose.peer_diagnostic). required: lower-case short
         names of the required peers; derp_why: diagnose.derp_reason of the NAT check. Built again
         only when this peer's required flag or derp_why differ from the last call."""
-        flag = self.state.name.lower() in required
         d = self._diag
+        if d is not None and d[3] is required and d[1] == derp_why:
+            return d[2]
+        flag = self.state.name.lower() in required
         if d is None or d[0] != flag or d[1] != derp_why:
-            d = (flag, derp_why, peer_diagnostic(self.state, flag, derp_why))
-            self._diag = d
+            d = (flag, derp_why, peer_diagnostic(self.state, flag, derp_why), required)
+        else:
+            d = (flag, derp_why, d[2], required)
+        self._diag = d
         return d[2]
 
     def diagnostic_wire(self, required: FrozenSet[str], derp_why: str, make: Callable[[Diagnostic], W]) -> W:
