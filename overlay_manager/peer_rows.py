@@ -17,21 +17,23 @@ status read):
   only: it comes from the other peers), the readable DERP region name (derp peers only) and
   the latency (NaN equal to NaN). A changed chunk is parsed again; a changed outside value only
   re-applies it to the parsed state. A peer no longer in the map loses its row.
-- Rows come sorted as ``Snapshot.peers`` (by name, then DNS name); when every row was reused
-  and the map's order is the same, the very same tuple is returned.
+- Rows come sorted as ``Snapshot.peers`` (by name, then DNS name; ties in the map's order);
+  when every row was reused and the map's order is the same, the very same tuple is returned,
+  and a row built again for a peer that kept its name takes its predecessor's place unsorted.
 
 What a row holds, built at most once per row (by the overlay-report thread, on first use):
 its ``Peer`` message and serialized bytes (:meth:`PeerRow.peer_wire`), and its /diagnostics
 entry (:meth:`PeerRow.diagnostic`) with its ``DiagnosticStatus`` and bytes
 (:meth:`PeerRow.diagnostic_wire`). The diagnostic entry also depends on whether the peer is
 required and on the NAT's DERP wording (the only report inputs that change without a status
-chunk changing); it is built again, on the same row, only when those differ from last time.
+chunk changing); it is built again, on the same row, only when those differ from last time (the
+required set is compared by identity first: OverlayMonitor.required_peers keeps one per config).
 The message builders are given by the caller (node_messages.py) and must be the same objects
 from call to call for their result to be reused.
 
-Whoever replaces a row's state by another object (``dataclasses.replace``) outside this stage
-costs a parse and two serializations per peer per read; every per-peer value the node shows is
-therefore applied here, not afterwards.
+Every per-peer value the node shows is applied here, never by a ``dataclasses.replace`` of
+``Snapshot.peers`` afterwards: such a copy would be missing from the rows' bytes, and the
+reporting thread's identity tests (peers.same_topology) would compare it field by field.
 """
 
 from __future__ import annotations
