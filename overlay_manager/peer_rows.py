@@ -115,9 +115,9 @@ def plain_rows(states: Sequence[PeerState]) -> Tuple[PeerRow, ...]:
 
 
 def rows_of(rows: Sequence[PeerRow], peers: Sequence[PeerState]) -> Sequence[PeerRow]:
-    """rows when they are the rows of peers (as the monitor's readings keep them), else
-    :func:`plain_rows` of peers."""
-    if len(rows) == len(peers):
+    """rows when they are the rows of peers, the same states in the same order (as the monitor's
+    readings keep them), else :func:`plain_rows` of peers."""
+    if len(rows) == len(peers) and all(r.state is p for r, p in zip(rows, peers)):
         return rows
     return plain_rows(peers)
 

@@ -170,6 +170,9 @@ def test_rows_of_falls_back_to_plain_rows() -> None:
     assert rows_of(rows, snap.peers) is rows
     made = rows_of((), snap.peers)
     assert [r.state for r in made] == list(snap.peers) and all(r.key == "" for r in made)
+    other = P.with_latency(snap, {"robot-001.fleet.internal": 9.0})   # same length, one peer copied
+    again = rows_of(rows, other.peers)
+    assert again is not rows and [r.state for r in again] == list(other.peers)
     assert PeerRows().update(None, {}, {}) == () and PeerRows().update({"x": 3}, {}, {}) == ()
 
 
