@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, replace
-from typing import Any, Dict, Iterable, List, Mapping, MutableMapping, Optional, Tuple
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple
 
 from overlay_manager.core.rfc3339 import parse_rfc3339
 
@@ -361,35 +361,26 @@ def relay_host_name(endpoint: str, peers: Iterable[Any]) -> str:
     return tagged[0] if len(tagged) == 1 else ""
 
 
-ParseCache = MutableMapping[str, Tuple[Mapping[str, Any], "PeerState"]]
-"""Peer key of the status JSON -> (that peer's raw JSON object, its PeerState) from the last parse."""
-
-
-def parse_status(status: Mapping[str, Any], cache: Optional[ParseCache] = None) -> Snapshot:
+def parse_status(status: Mapping[str, Any], peers: Optional[Iterable[PeerState]] = None) -> Snapshot:
     """A LocalAPI /status dict -> Snapshot. Never raises on odd input.
 
-    cache: kept by the caller between reads (one reader at a time): a peer whose raw JSON object
-    equals the last one is not parsed again (at 500 peers most are idle and unchanged, and a
-    comparison costs a tenth of a parse). It is updated to this read's peers.
+    peers: this read's peers already parsed (the node's peer_rows.PeerRows stage, which reuses
+    unchanged ones), sorted by name; None parses the ``Peer`` map here.
     """
     self_raw = status.get("Self")
     self_peer = parse_peer(self_raw, is_self=True) if isinstance(self_raw, dict) else None
-    peers_raw = status.get("Peer")
-    peers: List[PeerState] = []
-    seen: Dict[str, Tuple[Mapping[str, Any], PeerState]] = {}
-    if isinstance(peers_raw, dict):
-        for key, ps in peers_raw.items():
-            if isinstance(ps, dict):
-                hit = cache.get(key) if cache is not None else None
-                peer = hit[1] if hit is not None and (hit[0] is ps or hit[0] == ps) else parse_peer(ps)
-                seen[key] = (ps, peer)
-                if peer.peer_relay:
-                    peer = replace(peer, relay_host=relay_host_name(peer.peer_relay, peers_raw.values()))
-                peers.append(peer)
-    peers.sort(key=lambda p: (p.name, p.dns_name))
-    if cache is not None:
-        cache.clear()
-        cache.update(seen)
+    if peers is None:
+        peers_raw = status.get("Peer")
+        parsed: List[PeerState] = []
+        if isinstance(peers_raw, dict):
+            for ps in peers_raw.values():
+                if isinstance(ps, dict):
+                    peer = parse_peer(ps)
+                    if peer.peer_relay:
+                        peer = replace(peer, relay_host=relay_host_name(peer.peer_relay, peers_raw.values()))
+                    parsed.append(peer)
+        parsed.sort(key=lambda p: (p.name, p.dns_name))
+        peers = parsed
     suffix = _str(status, "MagicDNSSuffix")
     tailnet = status.get("CurrentTailnet")
     if not suffix and isinstance(tailnet, dict):
@@ -416,13 +407,20 @@ def with_latency(snapshot: Snapshot, latency_ms: Mapping[str, float]) -> Snapsho
     return replace(snapshot, peers=tuple(peers))
 
 
+def derp_region_name(p: PeerState, names: Mapping[str, str]) -> str:
+    """What ``derp_region`` of p must be: for a derp peer the readable name of its relay region
+    (``names``: region code -> RegionName from the DERP map; the code itself when the map has no
+    name), else ""."""
+    return (names.get(p.relay_region) or p.relay_region) if p.path == PATH_DERP else ""
+
+
 def with_region_names(snapshot: Snapshot, names: Mapping[str, str]) -> Snapshot:
     """Copy of snapshot with each derp peer's ``derp_region`` set to the readable name of its
     relay region (``names``: region code -> RegionName from the DERP map; the code itself when
     the map has no name) and every other peer's cleared. Unchanged peers stay the same objects."""
     peers = []
     for p in snapshot.peers:
-        want = (names.get(p.relay_region) or p.relay_region) if p.path == PATH_DERP else ""
+        want = derp_region_name(p, names)
         peers.append(p if p.derp_region == want else replace(p, derp_region=want))
     return replace(snapshot, peers=tuple(peers))
 
@@ -450,8 +448,8 @@ def peer_key(p: PeerState) -> Tuple[Any, ...]:
 def same_topology(a: Optional[Snapshot], b: Optional[Snapshot]) -> bool:
     """a and b agree on this machine and every peer in everything but measurements (peer_key).
 
-    Cheap for the node's case: the parser and the monitor reuse unchanged PeerState objects, so
-    most peers are the same object and only the others are compared field by field.
+    Cheap for the node's case: peer_rows.PeerRows reuses unchanged PeerState objects, so most
+    peers are the same object and only the others are compared field by field.
     """
     if a is b:
         return True
