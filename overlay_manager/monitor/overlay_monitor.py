@@ -25,6 +25,7 @@ from dataclasses import replace
 from typing import Callable, Dict, FrozenSet, List, Optional, Set, Tuple
 
 from overlay_manager.core.config import RobotConfig
+from overlay_manager.core.json_fields import finite_ms
 from overlay_manager.core.nat import NatInfo, derp_region_names, parse_netcheck
 from overlay_manager.core.peers import (
     PATH_DIRECT,
@@ -34,7 +35,6 @@ from overlay_manager.core.peers import (
     PeerState,
     Snapshot,
     blind,
-    finite_ms,
     parse_status,
     path_changes,
     ping_path,

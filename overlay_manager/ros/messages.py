@@ -15,7 +15,8 @@ from typing import Any, List, Optional, Sequence, Tuple
 import rospy
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 
-from overlay_manager.core.peers import TIME_MAX, PeerState, clamp_uint64
+from overlay_manager.core.json_fields import TIME_MAX, clamp_uint64
+from overlay_manager.core.peers import PeerState
 from overlay_manager.monitor.overlay_monitor import OverlayMonitor
 from overlay_manager.monitor.peer_rows import DiagnosticParts, rows_of
 from overlay_manager.monitor.readings import ERROR, OK, Diagnostic, Freshness, Reading

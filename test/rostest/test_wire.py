@@ -81,9 +81,8 @@ def test_only_a_last_array_of_messages_can_be_cached():
 def test_peer_rows_keep_their_bytes_while_unchanged_and_rebuild_them_with_genpy_on_a_change():
     """The stage with the node's real builder: an unchanged chunk keeps its row and its bytes
     object; a latency or path change gives a new row whose bytes are genpy's for the new state."""
-    from tsfake import recorded
-
     from overlay_manager.ros.messages import peer_msg, peer_wire
+    from overlay_manager.testing.tsfake import recorded
 
     st = recorded("status_direct.json")
     (key,) = st["Peer"]

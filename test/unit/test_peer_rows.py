@@ -8,12 +8,11 @@ import copy
 import math
 from typing import List, Tuple
 
-from tsfake import recorded, status_body
-
 from overlay_manager.core import peers as P
 from overlay_manager.monitor.diagnose import peer_diagnostic
 from overlay_manager.monitor.peer_rows import PeerRows, plain_rows, rows_of
 from overlay_manager.tailscaled.status_json import StatusDecoder
+from overlay_manager.testing.tsfake import recorded, status_body
 
 NAMES = {"lab": "Lab region"}
 
