@@ -13,6 +13,7 @@ import math
 from typing import FrozenSet, Iterable, List, Mapping, Optional, Set, Tuple
 
 from overlay_manager.core.config import DerperSettings, RobotConfig
+from overlay_manager.core.identity import peer_key, short_label
 from overlay_manager.core.memo import IdentityMemo
 from overlay_manager.core.nat import NatInfo
 from overlay_manager.core.peers import (
@@ -217,11 +218,18 @@ def rosbridge_diagnostic(reading: Optional[PortReading], own: Iterable[str]) -> 
 
 
 def missing_required(required: FrozenSet[str], snap: Snapshot) -> List[Diagnostic]:
-    """An ERROR entry for each required peer that is not on the tailnet at all."""
-    return [Diagnostic(ERROR, f"peer {name}", "required peer is not on the overlay (never "
+    """An ERROR entry for each required host (OverlayMonitor.required_peers) that names no peer
+    of the tailnet (core.identity.refers_to)."""
+    return [Diagnostic(ERROR, f"peer {short_label(name)}", "required peer is not on the overlay (never "
                        "enrolled, or removed from the tailnet, or hidden by the ACL policy)",
                        (("required", "true"),))
-            for name in sorted(required - {p.name.lower() for p in snap.peers})]
+            for name in sorted(required) if snap.find(name) is None]
+
+
+def required_keys(required: FrozenSet[str], snap: Snapshot) -> FrozenSet[str]:
+    """The peer keys (core.identity.peer_key) of the peers the required hosts name."""
+    found = (snap.find(name) for name in required)
+    return frozenset(peer_key(p) for p in found if p is not None)
 
 
 def derp_reason(nat: NatInfo) -> str:
@@ -272,10 +280,10 @@ class PeerDiagnostics:
         self._memo: IdentityMemo[PeerState, Diagnostic] = IdentityMemo()
 
     def entries(self, peers: Iterable[PeerState], required: FrozenSet[str], nat: NatInfo) -> List[Diagnostic]:
-        """One Diagnostic per peer, in order."""
+        """One Diagnostic per peer, in order; ``required``: peer keys (:func:`required_keys`)."""
         why = derp_reason(nat)
-        return self._memo.map(peers, lambda p: peer_diagnostic(p, p.name.lower() in required, why),
-                              extra=lambda p: (p.name.lower() in required, why))
+        return self._memo.map(peers, lambda p: peer_diagnostic(p, peer_key(p) in required, why),
+                              extra=lambda p: (peer_key(p) in required, why))
 
 
 def derper_diagnostic(settings: Optional[DerperSettings], state: DerperState) -> Optional[Diagnostic]:

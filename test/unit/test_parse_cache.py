@@ -7,6 +7,7 @@ from __future__ import annotations
 import copy
 import math
 
+from overlay_manager.core.identity import peer_key
 from overlay_manager.core.peers import parse_status, with_latency
 from overlay_manager.testing.tsfake import recorded
 
@@ -40,10 +41,11 @@ def test_cache_reuses_unchanged_peers() -> None:
 
 def test_with_latency_copies_only_changed_peers() -> None:
     snap = parse_status(two_peers())
-    out = with_latency(snap, {"robotb.fleet.internal": 1.5})
+    key = peer_key({p.name: p for p in snap.peers}["robotb"])  # its node id
+    out = with_latency(snap, {key: 1.5})
     by = {p.name: p for p in out.peers}
     assert by["robotb"].latency_ms == 1.5
     assert by["robotc"] is {p.name: p for p in snap.peers}["robotc"]
     assert math.isnan(by["robotc"].latency_ms)
-    again = with_latency(out, {"robotb.fleet.internal": 1.5})
+    again = with_latency(out, {key: 1.5})
     assert all(a is b for a, b in zip(again.peers, out.peers))
