@@ -33,3 +33,9 @@ def test_log_severities_are_words_not_levels() -> None:
     words = (workers.LOG_DEBUG, workers.LOG_INFO, workers.LOG_WARN, workers.LOG_ERROR)
     assert words == ("debug", "info", "warn", "error")
     assert not any(isinstance(w, int) for w in words)
+
+
+def test_the_dashboard_uses_the_one_type() -> None:
+    from overlay_manager.dashboard import text
+    assert (text.LEVEL_OK, text.LEVEL_WARN, text.LEVEL_ERROR, text.LEVEL_UNKNOWN) == tuple(Level)
+    assert set(text.LEVEL_COLOURS) == set(Level)
