@@ -30,7 +30,7 @@ Host rules (:func:`normalise_host`, :func:`refers_to`, :class:`HostMatcher`):
 from __future__ import annotations
 
 import ipaddress
-from typing import Any, Dict, Iterable, Mapping, Optional, Set
+from typing import Any, Callable, Dict, Iterable, Mapping, Optional, Set
 
 LOOPBACK_NAMES = frozenset({"localhost", "localhost.localdomain", "ip6-localhost", "ip6-loopback"})
 """Host names that mean this machine (with 127.0.0.0/8 and ::1); the same set in C++."""
@@ -97,15 +97,26 @@ def _names(peer: Any) -> Set[str]:
 
 def refers_to(host: str, peer: Any) -> bool:
     """Whether ``host`` (a name or address) names ``peer`` (see the module docstring)."""
+    return names_peer(host)(peer)
+
+
+def names_peer(host: str) -> Callable[[Any], bool]:
+    """:func:`refers_to` with ``host`` fixed, normalised once: for scanning many peers."""
     h = normalise_host(host)
     if not h:
-        return False
+        return lambda _peer: False
     if is_address(h):  # addresses are compared only with addresses (parsed only here)
-        return any(normalise_host(a) == h for a in peer.addresses)
-    name = normalise_host(peer.name)
-    if h == name or h == normalise_host(peer.dns_name):
-        return True
-    return "." in h and not peer.dns_name and bool(name) and h.split(".", 1)[0] == name
+        v6 = ":" in h
+        # IPv4 text is canonical as tailscaled writes it; IPv6 may be spelt another way: parse it
+        return lambda peer: any(a == h or (v6 and ":" in a and normalise_host(a) == h) for a in peer.addresses)
+    label = h.split(".", 1)[0] if "." in h else ""
+
+    def test(peer: Any) -> bool:
+        name = normalise_host(peer.name)
+        if h == name or h == normalise_host(peer.dns_name):
+            return True
+        return bool(label) and not peer.dns_name and bool(name) and label == name
+    return test
 
 
 class HostMatcher:

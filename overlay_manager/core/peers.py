@@ -33,7 +33,7 @@ import math
 from dataclasses import dataclass, field, replace
 from typing import Any, Dict, Iterable, List, Mapping, MutableMapping, Optional, Tuple
 
-from overlay_manager.core.identity import peer_key, refers_to
+from overlay_manager.core.identity import names_peer, peer_key, refers_to
 from overlay_manager.core.validation import parse_rfc3339
 
 PATH_UNKNOWN = "unknown"
@@ -108,9 +108,10 @@ class Snapshot:
     malformed: Tuple[str, ...] = ()        # status-level fields with a wrong type ("" = none)
 
     def find(self, query: str) -> Optional[PeerState]:
-        """The peer named by short name, FQDN or overlay IP; None when unknown."""
+        """The peer named by short name, FQDN or overlay IP (core.identity.refers_to); None when unknown."""
+        test = names_peer(query)
         for p in self.peers:
-            if p.matches(query):
+            if test(p):
                 return p
         return None
 
@@ -362,7 +363,8 @@ def relay_host_name(endpoint: str, peers: Iterable[Any]) -> str:
 
 
 ParseCache = MutableMapping[str, Tuple[Mapping[str, Any], "PeerState"]]
-"""Peer key of the status JSON -> (that peer's raw JSON object, its PeerState) from the last parse."""
+"""Key of the status JSON's Peer map -> (that peer's raw JSON object, its PeerState) from the last
+parse. A cache key for the JSON text only; a peer's identity is core.identity.peer_key."""
 
 
 def parse_status(status: Mapping[str, Any], cache: Optional[ParseCache] = None) -> Snapshot:
