@@ -59,6 +59,28 @@ struct LinkAwareStream::Sub
   ros::WallTime next_lookup;  ///< retry time after a failed lookupNode
 };
 
+HostAliases readHostAliases(const ros::NodeHandle& pnh)
+{
+  HostAliases out;
+  XmlRpc::XmlRpcValue raw;
+  if (!pnh.getParam("host_aliases", raw))
+    return out;
+  const std::string key = pnh.getNamespace() + "/host_aliases";
+  if (raw.getType() == XmlRpc::XmlRpcValue::TypeString && static_cast<std::string>(raw).empty())
+    return out;
+  if (raw.getType() != XmlRpc::XmlRpcValue::TypeStruct)
+    throw ParamError(key + ": must be a mapping host -> machine name, e.g. {\"192.168.1.20\": robot2}");
+  for (XmlRpc::XmlRpcValue::iterator it = raw.begin(); it != raw.end(); ++it)
+  {
+    XmlRpc::XmlRpcValue& v = it->second;
+    if (normaliseHost(it->first).empty() || v.getType() != XmlRpc::XmlRpcValue::TypeString ||
+        normaliseHost(static_cast<std::string>(v)).empty())
+      throw ParamError(key + "/" + it->first + ": must map a host name or address to a machine's short name");
+    out[it->first] = static_cast<std::string>(v);
+  }
+  return out;
+}
+
 StreamOptions readStreamOptions(const ros::NodeHandle& pnh, const std::string& format)
 {
   StreamOptions o;
@@ -84,10 +106,13 @@ StreamOptions readStreamOptions(const ros::NodeHandle& pnh, const std::string& f
       {paths::kDerp, "budget_kbps_derp"},       {paths::kPeerRelay, "budget_kbps_peer_relay"},
       {paths::kIdle, "budget_kbps_idle"},       {paths::kUnknown, "budget_kbps_unknown"},
       {paths::kOffline, "budget_kbps_offline"}, {paths::kDirect, "budget_kbps_direct"},
-      {paths::kLocal, "budget_kbps_local"}};
+      {paths::kSelf, "budget_kbps_self"}};
   for (const auto& kv : keys)
   {
-    const double dflt = p.budget_kbps.count(kv.first) ? p.budget_kbps[kv.first] : 0.0;
+    double dflt = p.budget_kbps.count(kv.first) ? p.budget_kbps[kv.first] : 0.0;
+    if (kv.first == paths::kSelf && !pnh.hasParam(kv.second) && pnh.getParam("budget_kbps_local", dflt))
+      ROS_WARN("%s/budget_kbps_local is the old name of budget_kbps_self (the path word is Peer.PATH_SELF, "
+               "\"self\"): rename the parameter", ns.c_str());
     const double v = pnh.param(kv.second, dflt);
     if (v > 0.0)
       p.budget_kbps[kv.first] = v;
@@ -104,6 +129,7 @@ StreamOptions readStreamOptions(const ros::NodeHandle& pnh, const std::string& f
   if (!(o.state_period > 0.0))
     throw ParamError(ns + "/state_period: must be > 0 s, got " + std::to_string(o.state_period));
   o.peers_topic = pnh.param<std::string>("peers_topic", "");
+  o.host_aliases = readHostAliases(pnh);
   return o;
 }
 
@@ -324,7 +350,7 @@ void LinkAwareStream::resolveAndDecide()
         if (f->second.empty())
           s.next_lookup = now + ros::WallDuration(5.0);
       }
-      const std::string path = pathOfHost(s.host, own_host_, peers.get());
+      const std::string path = pathOfHost(s.host, own_host_, peers.get(), options_.host_aliases);
       if (path != s.path)
       {
         changed = true;
@@ -333,7 +359,7 @@ void LinkAwareStream::resolveAndDecide()
       s.path = path;
       SubscriberView v;
       v.node = kv.first;
-      v.host = shortName(s.host, peers.get());
+      v.host = shortName(s.host, own_host_, peers.get(), options_.host_aliases);
       v.path = path;
       v.observed_cap_kbps = s.observed_cap_kbps;
       views.push_back(v);

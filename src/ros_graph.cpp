@@ -105,7 +105,7 @@ PeersSource findPeersSource(const std::string& override_topic, const std::string
   for (const std::string& topic : candidates)
     for (const std::string& node : pubs[topic])
     {
-      if (pathOfHost(nodeHost(node), own_host, nullptr) != "local")
+      if (pathOfHost(nodeHost(node), own_host, nullptr) != Peer::PATH_SELF)
         continue;
       if (topic == node + "/peers")  // an overlay node's own ~peers
       {

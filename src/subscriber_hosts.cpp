@@ -1,49 +1,110 @@
 // Subscriber machine and path helpers (see subscriber_hosts.h).
 #include "overlay_manager/subscriber_hosts.h"
 
+#include <arpa/inet.h>
+
 #include <algorithm>
 #include <cctype>
 #include <cstdlib>
+#include <set>
 
 namespace overlay_manager
 {
 namespace
 {
-std::string normalise(std::string s)
+std::string lower(std::string s)
 {
   std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return std::tolower(c); });
-  while (!s.empty() && s.back() == '.')
-    s.pop_back();
   return s;
+}
+
+std::string firstLabel(const std::string& h)
+{
+  return h.substr(0, h.find('.'));
+}
+
+/// The canonical text of an address ("" when `h` is not one).
+std::string canonicalAddress(const std::string& h)
+{
+  unsigned char buf[16];
+  char out[INET6_ADDRSTRLEN];
+  if (h.find(':') != std::string::npos)
+  {
+    if (inet_pton(AF_INET6, h.c_str(), buf) == 1 && inet_ntop(AF_INET6, buf, out, sizeof(out)))
+      return out;
+    return "";
+  }
+  if (inet_pton(AF_INET, h.c_str(), buf) == 1 && inet_ntop(AF_INET, buf, out, sizeof(out)))
+    return out;
+  return "";
+}
+
+std::string selfName(const std::string& own_host, const PeerList* peers)
+{
+  if (peers && !peers->self_peer.name.empty())
+    return peers->self_peer.name;
+  const std::string h = normaliseHost(own_host);
+  return isAddress(h) ? h : firstLabel(h);
+}
+
+const Peer* peerNamed(const std::string& name, const PeerList* peers)
+{
+  if (!peers || name.empty() || name.find('.') != std::string::npos || isAddress(name))
+    return nullptr;
+  for (const Peer& p : peers->peers)
+    if (normaliseHost(p.name) == name)
+      return &p;
+  return nullptr;
+}
+}  // namespace
+
+std::string normaliseHost(const std::string& host)
+{
+  const size_t b = host.find_first_not_of(" \t\r\n");
+  if (b == std::string::npos)
+    return "";
+  std::string h = lower(host.substr(b, host.find_last_not_of(" \t\r\n") - b + 1));
+  while (!h.empty() && h.back() == '.')
+    h.pop_back();
+  if (h.size() >= 2 && h.front() == '[' && h.back() == ']')
+    h = h.substr(1, h.size() - 2);
+  const std::string addr = canonicalAddress(h);
+  return addr.empty() ? h : addr;
 }
 
 bool isAddress(const std::string& host)
 {
-  if (host.find(':') != std::string::npos)
-    return true;  // IPv6
-  return !host.empty() && std::all_of(host.begin(), host.end(), [](char c) { return std::isdigit(c) || c == '.'; });
+  return !canonicalAddress(normaliseHost(host)).empty();
 }
 
-bool isLoopback(const std::string& h)
+bool isLoopback(const std::string& host)
 {
-  return h == "localhost" || h.rfind("127.", 0) == 0 || h == "::1";
+  static const std::set<std::string> names = {"localhost", "localhost.localdomain", "ip6-localhost", "ip6-loopback"};
+  const std::string h = normaliseHost(host);
+  if (names.count(h))
+    return true;
+  if (h == "::1")
+    return true;
+  return isAddress(h) && h.find(':') == std::string::npos && h.rfind("127.", 0) == 0;
 }
 
-bool names(const Peer& p, const std::string& h)
+bool refersTo(const std::string& host, const Peer& peer)
 {
+  const std::string h = normaliseHost(host);
   if (h.empty())
     return false;
-  if (normalise(p.dns_name) == h || normalise(p.name) == h)
+  if (isAddress(h))
+  {
+    for (const std::string& a : peer.addresses)
+      if (normaliseHost(a) == h)
+        return true;
+    return false;
+  }
+  const std::string name = normaliseHost(peer.name);
+  if (h == name || h == normaliseHost(peer.dns_name))
     return true;
-  if (!isAddress(h) && !p.name.empty() && h.substr(0, h.find('.')) == normalise(p.name) &&
-      (p.dns_name.empty() || h.find('.') == std::string::npos))
-    return true;
-  for (const std::string& a : p.addresses)
-    if (normalise(a) == h)
-      return true;
-  return false;
+  return h.find('.') != std::string::npos && peer.dns_name.empty() && !name.empty() && firstLabel(h) == name;
 }
-}  // namespace
 
 std::string hostOfUri(const std::string& uri)
 {
@@ -64,39 +125,53 @@ const Peer* findPeer(const std::string& host, const PeerList* peers)
 {
   if (!peers)
     return nullptr;
-  const std::string h = normalise(host);
   for (const Peer& p : peers->peers)
-    if (names(p, h))
+    if (refersTo(host, p))
       return &p;
   return nullptr;
 }
 
-std::string pathOfHost(const std::string& host, const std::string& own_host, const PeerList* peers)
+std::string machineOf(const std::string& host, const std::string& own_host, const PeerList* peers,
+                      const HostAliases& aliases)
 {
-  const std::string h = normalise(host);
+  const std::string h = normaliseHost(host);
   if (h.empty())
-    return "unknown";
-  if (peers && names(peers->self_peer, h))
-    return "local";
-  // a peer that names the host wins over the loopback rule (tests give peers 127.0.0.x addresses)
-  const Peer* p = findPeer(h, peers);
-  if (p && !p->path.empty())
-    return p->path == Peer::PATH_SELF ? "local" : p->path;
-  if (isLoopback(h) || h == normalise(own_host))
-    return "local";
-  return "unknown";
+    return "";
+  for (const auto& kv : aliases)
+    if (normaliseHost(kv.first) == h)
+    {
+      const std::string m = normaliseHost(kv.second);
+      return isAddress(m) ? m : firstLabel(m);
+    }
+  const std::string me = selfName(own_host, peers);
+  if ((!own_host.empty() && h == normaliseHost(own_host)) || (peers && refersTo(h, peers->self_peer)))
+    return me;
+  if (const Peer* p = findPeer(h, peers))
+    return p->name;
+  return isLoopback(h) ? me : "";
 }
 
-std::string shortName(const std::string& host, const PeerList* peers)
+std::string pathOfHost(const std::string& host, const std::string& own_host, const PeerList* peers,
+                       const HostAliases& aliases)
 {
-  const Peer* p = findPeer(host, peers);
-  if (p && !p->name.empty())
-    return p->name;
-  if (peers && names(peers->self_peer, normalise(host)) && !peers->self_peer.name.empty())
-    return peers->self_peer.name;
+  const std::string m = machineOf(host, own_host, peers, aliases);
+  if (m.empty())
+    return isLoopback(host) ? Peer::PATH_SELF : Peer::PATH_UNKNOWN;
+  if (m == selfName(own_host, peers))
+    return Peer::PATH_SELF;
+  const Peer* p = peerNamed(normaliseHost(m), peers);
+  return p && !p->path.empty() ? p->path : Peer::PATH_UNKNOWN;
+}
+
+std::string shortName(const std::string& host, const std::string& own_host, const PeerList* peers,
+                      const HostAliases& aliases)
+{
+  const std::string m = machineOf(host, own_host, peers, aliases);
+  if (!m.empty())
+    return m;
   if (isAddress(host))
     return host;
-  return host.substr(0, host.find('.'));
+  return firstLabel(host);
 }
 
 int socketOfTransportInfo(const std::string& info)

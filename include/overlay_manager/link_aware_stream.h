@@ -22,6 +22,7 @@
 #include "overlay_manager/h264_codec.h"
 #include "overlay_manager/image_codec.h"
 #include "overlay_manager/stream_policy.h"
+#include "overlay_manager/subscriber_hosts.h"
 
 #include <overlay_manager/PeerList.h>
 #include <ros/callback_queue.h>
@@ -59,7 +60,12 @@ struct StreamOptions
   double max_backlog_ms = 200.0;  ///< unsent bytes (in ms of stream) that count as backing up
   double state_period = 1.0;      ///< s between stream_state messages and delivery checks
   std::string peers_topic;        ///< overlay node's ~peers; "" = find it (ros_graph.h)
+  HostAliases host_aliases;       ///< ~host_aliases: subscriber host -> machine short name
 };
+
+/// ~host_aliases (a mapping host -> machine short name, as the overlay node's); throws ParamError
+/// naming the bad entry.
+HostAliases readHostAliases(const ros::NodeHandle& pnh);
 
 /// Reads StreamOptions from `params` (format, png_level, max_rate, min_rate, max_quality, min_quality,
 /// budget_kbps_<path>, adapt_to_delivery, max_backlog_ms, state_period, peers_topic; h264: gop,

@@ -18,10 +18,11 @@
 namespace overlay_manager
 {
 
-/// Path names, the same words as overlay_manager/Peer's PATH_* constants, plus "local".
+/// Path names: overlay_manager/Peer's PATH_* constants (overlay_msgs/msg/Peer.msg is their one
+/// definition; test/unit/test_path_words.py checks these literals against it).
 namespace paths
 {
-const char* const kLocal = "local";          ///< subscriber runs on this machine: no overlay link
+const char* const kSelf = "self";            ///< subscriber runs on this machine: no overlay link
 const char* const kDirect = "direct";        ///< direct WireGuard over UDP
 const char* const kDerp = "derp";            ///< relayed through a DERP server (TCP/HTTPS)
 const char* const kPeerRelay = "peer-relay"; ///< relayed through a tailscale peer relay (UDP)
@@ -37,7 +38,7 @@ struct PolicyParams
   double min_rate_hz = 2.0;    ///< never lower the rate below this to meet a budget
   int max_quality = 90;        ///< JPEG quality when nothing limits the stream (1..100)
   int min_quality = 30;        ///< lowest JPEG quality used to meet a budget before dropping rate
-  /// Budget per path; a path missing here (local, direct) has no budget (full rate, max quality).
+  /// Budget per path; a path missing here (self, direct) has no budget (full rate, max quality).
   std::map<std::string, double> budget_kbps = {
       {paths::kDerp, 8000.0},     {paths::kPeerRelay, 20000.0}, {paths::kIdle, 8000.0},
       {paths::kUnknown, 8000.0},  {paths::kOffline, 8000.0}};
@@ -46,7 +47,7 @@ struct PolicyParams
   double raise_below = 0.75;
   /// Weight of the newest frame in the frame-size average (0..1].
   double size_smoothing = 0.5;
-  /// H.264: bitrate (kbit/s) when nothing limits the stream (local, direct without backlog).
+  /// H.264: bitrate (kbit/s) when nothing limits the stream (self, direct without backlog).
   double max_video_kbps = 6000.0;
   /// H.264: lowest bitrate (kbit/s) the encoder is set to, however low the budget.
   double min_video_kbps = 300.0;

@@ -33,6 +33,7 @@ import math
 from dataclasses import dataclass, field, replace
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple
 
+from overlay_manager.core.identity import names_peer, peer_key, refers_to
 from overlay_manager.core.json_fields import (
     UINT64_MAX,
     json_kind,
@@ -85,9 +86,8 @@ class PeerState:
     derp_region: str = ""          # derp: readable name of the region in use (with_region_names)
 
     def matches(self, query: str) -> bool:
-        """True when query names this peer: short name, FQDN (trailing dot ok) or overlay IP."""
-        q = query.strip().rstrip(".").lower()
-        return bool(q) and (q == self.name.lower() or q == self.dns_name.lower() or q in self.addresses)
+        """True when query names this peer: short name, FQDN or overlay IP (core.identity.refers_to)."""
+        return refers_to(query, self)
 
     @property
     def ipv4(self) -> str:
@@ -113,9 +113,10 @@ class Snapshot:
     malformed: Tuple[str, ...] = ()        # status-level fields with a wrong type ("" = none)
 
     def find(self, query: str) -> Optional[PeerState]:
-        """The peer named by short name, FQDN or overlay IP; None when unknown."""
+        """The peer named by short name, FQDN or overlay IP (core.identity.refers_to); None when unknown."""
+        test = names_peer(query)
         for p in self.peers:
-            if p.matches(query):
+            if test(p):
                 return p
         return None
 
@@ -327,10 +328,10 @@ def parse_status(status: Mapping[str, Any], peers: Optional[Iterable[PeerState]]
 
 
 def with_latency(snapshot: Snapshot, latency_ms: Mapping[str, float]) -> Snapshot:
-    """Copy of snapshot with latency_ms filled from a {node key: ms} map (key: dns_name or name)."""
+    """Copy of snapshot with latency_ms filled from a {peer key: ms} map (core.identity.peer_key)."""
     peers = []
     for p in snapshot.peers:  # copy only the peers whose latency differs (a few of hundreds)
-        ms = latency_ms.get(p.dns_name or p.name, math.nan)
+        ms = latency_ms.get(peer_key(p), math.nan)
         same = ms == p.latency_ms or (math.isnan(ms) and math.isnan(p.latency_ms))
         peers.append(p if same else replace(p, latency_ms=ms))
     return replace(snapshot, peers=tuple(peers))
@@ -366,7 +367,7 @@ def blind(snapshot: Snapshot, daemon_gone: bool) -> Snapshot:
     return replace(snapshot, backend_state="", peers=peers, control_reachable=False, health=())
 
 
-def peer_key(p: PeerState) -> Tuple[Any, ...]:
+def peer_fingerprint(p: PeerState) -> Tuple[Any, ...]:
     """Everything about a peer except measurements (byte counters, handshake and last-seen
     times, latency): what makes a change worth publishing at once."""
     return (p.name, p.dns_name, p.addresses, p.online, p.active, p.path, p.endpoint,
@@ -375,7 +376,7 @@ def peer_key(p: PeerState) -> Tuple[Any, ...]:
 
 
 def same_topology(a: Optional[Snapshot], b: Optional[Snapshot]) -> bool:
-    """a and b agree on this machine and every peer in everything but measurements (peer_key).
+    """a and b agree on this machine and every peer in everything but measurements (peer_fingerprint).
 
     Cheap for the node's case: peer_rows.PeerRows reuses unchanged PeerState objects, so most
     peers are the same object and only the others are compared field by field.
@@ -385,9 +386,9 @@ def same_topology(a: Optional[Snapshot], b: Optional[Snapshot]) -> bool:
     if a is None or b is None or len(a.peers) != len(b.peers):
         return False
     if a.self_peer is not b.self_peer and (a.self_peer is None or b.self_peer is None
-                                           or peer_key(a.self_peer) != peer_key(b.self_peer)):
+                                           or peer_fingerprint(a.self_peer) != peer_fingerprint(b.self_peer)):
         return False
-    return all(x is y or peer_key(x) == peer_key(y) for x, y in zip(a.peers, b.peers))
+    return all(x is y or peer_fingerprint(x) == peer_fingerprint(y) for x, y in zip(a.peers, b.peers))
 
 
 @dataclass(frozen=True)
@@ -400,15 +401,13 @@ class PathChangeEvent:
 
 
 def path_changes(old: Optional[Snapshot], new: Snapshot) -> List[PathChangeEvent]:
-    """Every peer whose path differs between old and new (peers are matched by node id or name),
+    """Every peer whose path differs between old and new (peers are matched by core.identity.peer_key),
     and every derp peer whose relay region changed (old and new path both derp: the peer
     re-homed to another DERP region).
 
     A peer that disappeared from the tailnet is reported as a change to offline.
     """
-    def key(p: PeerState) -> str:
-        return p.node_id or p.dns_name or p.name
-
+    key = peer_key
     before: Dict[str, PeerState] = {key(p): p for p in old.peers} if old else {}
     events: List[PathChangeEvent] = []
     seen = set()

@@ -19,7 +19,6 @@ overlay node on either of those machines reports it in its own map).
 
 from __future__ import annotations
 
-import ipaddress
 import math
 import urllib.parse
 from dataclasses import dataclass
@@ -37,6 +36,7 @@ from typing import (
 )
 
 from overlay_manager.core.config import ConfigError
+from overlay_manager.core.identity import HostMatcher, is_loopback, normalise_host, short_label
 from overlay_manager.core.peers import (
     PATH_DERP,
     PATH_DIRECT,
@@ -163,67 +163,49 @@ def uri_host(uri: str) -> str:
         host = urllib.parse.urlsplit(uri).hostname or ""
     except ValueError:
         return ""
-    return host.rstrip(".").lower()
-
-
-def _is_loopback(host: str) -> bool:
-    if host in ("localhost", "localhost.localdomain", "ip6-localhost"):
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
+    return normalise_host(host)
 
 
 class MachineMap:
-    """Host of a node URI -> short name of the machine it runs on.
+    """Host of a node URI -> short name of the machine it runs on, and the path there.
+
+    The rules are core.identity's (:class:`~overlay_manager.core.identity.HostMatcher`), the same
+    as the C++ encoder's ``subscriber_hosts``; test/data/host_matching_cases.yaml holds both to them.
 
     Args:
         snapshot: this machine's tailscaled view (None = not known yet).
         self_names: this machine's own names besides what the snapshot says (config hostname and
             overlay FQDN), so the map works before tailscaled answers.
         aliases: extra host -> short name entries (hosts that are not overlay names, e.g. a LAN
-            address given as ROS_IP); looked up first.
+            address given as ROS_IP; ``~host_aliases``); looked up first.
     """
 
     def __init__(self, snapshot: Optional[Snapshot], self_names: Iterable[str] = (),
                  aliases: Optional[Mapping[str, str]] = None) -> None:
         """Index the snapshot's peers once (lookups are per link)."""
         self.self_peer = snapshot.self_peer if snapshot else None
-        names = [n for n in self_names if n]
-        self.self_name = self.self_peer.name if self.self_peer else (names[0].split(".", 1)[0] if names else "")
-        self._self_keys: Set[str] = {n.rstrip(".").lower() for n in names}
-        if self.self_peer:
-            self._self_keys.update(_keys(self.self_peer))
-        self._peers: Dict[str, PeerState] = {}
-        for p in (snapshot.peers if snapshot else ()):
-            for k in _keys(p):
-                self._peers.setdefault(k, p)
-        self._aliases = {k.rstrip(".").lower(): v for k, v in (aliases or {}).items()}
+        self.hosts = HostMatcher(snapshot.peers if snapshot else (), self.self_peer, self_names, aliases)
+        self.self_name = self.hosts.self_name
 
     def machine(self, host: str) -> str:
         """Short machine name for a URI host; "" = not an overlay machine (or no host)."""
-        host = host.rstrip(".").lower()
-        if not host:
-            return ""
-        if host in self._aliases:
-            return self._aliases[host]
-        if host in self._self_keys or _is_loopback(host):
-            return self.self_name
-        p = self._peers.get(host)
-        return p.name if p else ""
+        return self.hosts.machine(host)
 
     def peer(self, name: str) -> Optional[PeerState]:
         """The peer with this short name (None for this machine or unknown machines)."""
-        return self._peers.get(name.lower()) if name else None
+        return self.hosts.by_name(name)
 
-
-def _keys(p: PeerState) -> Set[str]:
-    keys = {p.name.lower(), *p.addresses}
-    if p.dns_name:
-        keys.add(p.dns_name.lower())
-    keys.discard("")
-    return keys
+    def path(self, host: str) -> str:
+        """Path from this machine to the machine ``host`` refers to: ``self`` for this machine
+        (its names, loopback), the peer's path, else ``unknown`` (also for ""). The twin of the
+        C++ ``pathOfHost``."""
+        m = self.machine(host)
+        if not m:
+            return PATH_SELF if is_loopback(host) else PATH_UNKNOWN
+        if m == self.self_name:
+            return PATH_SELF
+        p = self.peer(m)
+        return p.path if p is not None and p.path else PATH_UNKNOWN
 
 
 @dataclass(frozen=True)
@@ -351,8 +333,7 @@ def filter_links(links: Iterable[TopicLink], topic: str = "", host: str = "",
                  include_local: bool = False) -> List[TopicLink]:
     """The links GetTopicLinks asks for: one topic ("" = all), one machine at either end (short
     or overlay name; "" = all), and connections inside one machine only when include_local."""
-    host = host.rstrip(".").lower()
-    short = host.split(".", 1)[0] if host and not _is_ip(host) else host
+    short = short_label(host)
     out = []
     for link in links:
         if link.local and not include_local:
@@ -363,14 +344,6 @@ def filter_links(links: Iterable[TopicLink], topic: str = "", host: str = "",
             continue
         out.append(link)
     return out
-
-
-def _is_ip(text: str) -> bool:
-    try:
-        ipaddress.ip_address(text)
-    except ValueError:
-        return False
-    return True
 
 
 def peers_with_links(links: Iterable[TopicLink], self_name: str) -> FrozenSet[str]:
@@ -405,5 +378,5 @@ def parse_host_aliases(value: Any, source: str) -> Dict[str, str]:
         if not isinstance(host, str) or not host.strip() or not isinstance(machine, str) or not machine.strip():
             raise ConfigError(source, f"host_aliases.{host}",
                               f"must map a host name or address to a machine's short name, got {machine!r}")
-        out[host.strip()] = machine.strip().split(".", 1)[0]
+        out[host.strip()] = short_label(machine)
     return out

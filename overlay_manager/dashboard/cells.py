@@ -142,7 +142,7 @@ def background_name(cell: Any) -> str:
     return cell.background().color().name() if cell else ""
 
 
-def coloured(text: str, level: str) -> str:
+def coloured(text: str, level: fmt.Level) -> str:
     """Rich text in a level's colour (labels)."""
     colour = fmt.LEVEL_COLOURS.get(level, fmt.LEVEL_COLOURS[fmt.LEVEL_UNKNOWN])
     return f'<span style="color:{colour}">{escape(text)}</span>'

@@ -13,6 +13,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Optional, Tuple
 
+from overlay_manager.core.levels import Level
 from overlay_manager.core.peers import (  # noqa: F401 - re-exported for the widget and model
     PATH_DERP,
     PATH_DIRECT,
@@ -54,11 +55,12 @@ PATH_DESCRIPTIONS = {
     PATH_SELF: "this machine",
 }
 
-# Severity levels for status texts, with the colour the widget uses for each.
-LEVEL_OK = "ok"
-LEVEL_WARN = "warn"
-LEVEL_ERROR = "error"
-LEVEL_UNKNOWN = "unknown"
+# Severity of status texts: the package's one level type (core.levels, diagnostic_msgs' values);
+# "unknown" (not known yet, no current data) is STALE. With the colour the widget uses for each.
+LEVEL_OK = Level.OK
+LEVEL_WARN = Level.WARN
+LEVEL_ERROR = Level.ERROR
+LEVEL_UNKNOWN = Level.STALE
 LEVEL_COLOURS = {
     LEVEL_OK: "#2e7d32",
     LEVEL_WARN: "#e65100",
@@ -71,10 +73,10 @@ NO_VALUE = "-"  # shown for an unknown number
 
 @dataclass(frozen=True)
 class Verdict:
-    """A plain-words text with a severity level (one of the LEVEL_* constants)."""
+    """A plain-words text with a severity level (one of the LEVEL_* constants: a core.levels.Level)."""
 
     text: str
-    level: str
+    level: Level
 
 
 def path_colour(path: str) -> str:

@@ -12,6 +12,7 @@ import math
 from typing import FrozenSet, Iterable, List, Mapping, Optional, Set, Tuple
 
 from overlay_manager.core.config import DerperSettings, RobotConfig
+from overlay_manager.core.identity import peer_key, short_label
 from overlay_manager.core.nat import NatInfo
 from overlay_manager.core.peers import (
     PATH_DERP,
@@ -215,11 +216,18 @@ def rosbridge_diagnostic(reading: Optional[PortReading], own: Iterable[str]) -> 
 
 
 def missing_required(required: FrozenSet[str], snap: Snapshot) -> List[Diagnostic]:
-    """An ERROR entry for each required peer that is not on the tailnet at all."""
-    return [Diagnostic(ERROR, f"peer {name}", "required peer is not on the overlay (never "
+    """An ERROR entry for each required host (OverlayMonitor.required_peers) that names no peer
+    of the tailnet (core.identity.refers_to)."""
+    return [Diagnostic(ERROR, f"peer {short_label(name)}", "required peer is not on the overlay (never "
                        "enrolled, or removed from the tailnet, or hidden by the ACL policy)",
                        (("required", "true"),))
-            for name in sorted(required - {p.name.lower() for p in snap.peers})]
+            for name in sorted(required) if snap.find(name) is None]
+
+
+def required_keys(required: FrozenSet[str], snap: Snapshot) -> FrozenSet[str]:
+    """The peer keys (core.identity.peer_key) of the peers the required hosts name."""
+    found = (snap.find(name) for name in required)
+    return frozenset(peer_key(p) for p in found if p is not None)
 
 
 def derp_reason(nat: NatInfo) -> str:

@@ -25,6 +25,7 @@ from dataclasses import replace
 from typing import Callable, Dict, FrozenSet, List, Optional, Set, Tuple
 
 from overlay_manager.core.config import RobotConfig
+from overlay_manager.core.identity import HostMatcher, normalise_host, peer_key, short_label
 from overlay_manager.core.json_fields import finite_ms
 from overlay_manager.core.nat import NatInfo, derp_region_names, parse_netcheck
 from overlay_manager.core.peers import (
@@ -48,6 +49,7 @@ from overlay_manager.monitor.diagnose import (
     overlay_diagnostic,
     preflight_checks,
     relay_diagnostic,
+    required_keys,
     rosbridge_diagnostic,
     stale_diagnostic,
 )
@@ -96,7 +98,7 @@ class OverlayMonitor:
         self.checks: List[Check] = []
         self.hosts_error: str = ""
         self.enrol_error: str = ""  # why the last enrolment attempt failed ("" = none); set by the node
-        self._latency: Dict[str, float] = {}     # key: dns_name or name -> ms
+        self._latency: Dict[str, float] = {}     # key: core.identity.peer_key -> ms
         self._lock = threading.Lock()
         self._regions: Dict[int, str] = {}
         # DERP region code -> readable name (DERP map; overlay-netcheck, one assignment)
@@ -158,7 +160,7 @@ class OverlayMonitor:
         with self._lock:
             for ev in changes:
                 if ev.old_path:  # a latency measured on the old path says nothing about the new one
-                    self._latency.pop(self._key(ev.peer), None)
+                    self._latency.pop(peer_key(ev.peer), None)
             now_latency = dict(self._latency) if changes else latency
         if now_latency != latency:  # a ping finished meanwhile, or a changed path dropped one
             rows = self._rows.update(chunks, self.region_names, now_latency)
@@ -194,7 +196,7 @@ class OverlayMonitor:
         changes = path_changes(old.snapshot, presented) if presented is not None else []
         with self._lock:
             for ev in changes:
-                self._latency.pop(self._key(ev.peer), None)
+                self._latency.pop(peer_key(ev.peer), None)
         self.reading = replace(old, snapshot=presented, error=error, daemon_gone=gone,
                                rows=plain_rows(presented.peers) if presented is not None else ())
         return changes
@@ -209,10 +211,6 @@ class OverlayMonitor:
     def freshness_changes_at(self, now: float) -> float:
         """When freshness() may change with no read finishing (Reading.freshness_changes_at)."""
         return self.reading.freshness_changes_at(now, self._poll_started, self.stale_after_s)
-
-    @staticmethod
-    def _key(p: PeerState) -> str:
-        return p.dns_name or p.name
 
     def _update_hosts(self, snap: Snapshot) -> None:
         if snap.backend_state == "Running":  # starting or logged out: no peers; keep the last block
@@ -279,7 +277,8 @@ class OverlayMonitor:
 
     # ----- peers ----------------------------------------------------------------------------
     def find(self, name: str) -> Optional[PeerState]:
-        """The peer named by short name, FQDN or overlay IP in the latest snapshot."""
+        """The peer named by short name, FQDN or overlay IP in the latest snapshot
+        (core.identity.refers_to)."""
         return self.snapshot.find(name) if self.snapshot else None
 
     def list_peers(self, online_only: bool = False, tag: str = "", path: str = "") -> List[PeerState]:
@@ -295,16 +294,17 @@ class OverlayMonitor:
         self.topic_peers = frozenset(names)
 
     def required_peers(self) -> FrozenSet[str]:
-        """Lower-case short names whose absence is an ERROR: node.required_peers and the ROS
-        master's machine (unless that is this machine)."""
+        """Hosts (normalised: core.identity.normalise_host) whose peer's absence is an ERROR:
+        node.required_peers and the ROS master's machine (unless that is this machine). The same
+        set object while the config is the same."""
         cfg = self.cfg
         known = self._required
-        if known[0] is cfg:  # the same set while the config is the same (peer rows compare it by identity)
+        if known[0] is cfg:
             return known[1]
-        names = {n.rstrip(".").split(".")[0].lower() for n in cfg.node.required_peers}
-        master = cfg.master.rstrip(".").split(".")[0].lower()
-        if master != cfg.hostname.lower():
-            names.add(master)
+        names = {normalise_host(n) for n in cfg.node.required_peers}
+        if short_label(cfg.master) != normalise_host(cfg.hostname):
+            names.add(normalise_host(cfg.master))
+        names.discard("")
         self._required = (cfg, frozenset(names))
         return self._required[1]
 
@@ -318,16 +318,16 @@ class OverlayMonitor:
         snap = self.snapshot
         if not snap:
             return []
-        names = self.cfg.node.watch_peers
+        names = tuple(self.cfg.node.watch_peers)
         topic = self.topic_peers
-        peers = [p for p in snap.peers if p.online]
         if topic is None:
-            if names:
-                peers = [p for p in peers if any(p.matches(n) for n in names)]
-            return peers
-        wanted = {n.rstrip(".").lower() for n in (*names, *topic, self.cfg.master, self.cfg.master_fqdn)}
-        return [p for p in peers if p.name.lower() in wanted or p.dns_name.lower() in wanted
-                or any(a in wanted for a in p.addresses)]
+            if not names:
+                return [p for p in snap.peers if p.online]
+        else:
+            names += (*topic, self.cfg.master, self.cfg.master_fqdn)
+        hosts = HostMatcher(snap.peers)
+        keys = {peer_key(p) for p in (hosts.peer(n) for n in names) if p is not None}
+        return [p for p in snap.peers if p.online and peer_key(p) in keys]
 
     def ping(self, name: str, count: int = 3, timeout_s: float = 5.0) -> PingOutcome:
         """Disco pings to a peer; records its latency. Never raises."""
@@ -356,7 +356,7 @@ class OverlayMonitor:
             return PingOutcome(False, path=PATH_UNKNOWN,
                                message=f"no answer from {peer.name} ({peer.ipv4}): {last_err or 'timeout'}")
         with self._lock:
-            self._latency[self._key(peer)] = samples[-1]
+            self._latency[peer_key(peer)] = samples[-1]
         return PingOutcome(True, min(samples), sum(samples) / len(samples), max(samples),
                            len(samples), path, endpoint, "")
 
@@ -465,7 +465,8 @@ class OverlayMonitor:
             out.append(derper)
         required = self.required_peers()
         out.extend(missing_required(required, snap))
-        return DiagnosticParts(out, rows_of(r.rows, snap.peers), required, derp_reason(self.nat))
+        return DiagnosticParts(out, rows_of(r.rows, snap.peers), required_keys(required, snap),
+                               derp_reason(self.nat))
 
     def close(self) -> None:
         """Stop background pings: cancel the queued ones (running ones end within their timeout).

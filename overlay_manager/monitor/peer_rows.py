@@ -42,6 +42,7 @@ import math
 from dataclasses import replace
 from typing import Any, Callable, Dict, FrozenSet, List, Mapping, NamedTuple, Optional, Sequence, Tuple, TypeVar
 
+from overlay_manager.core.identity import peer_key
 from overlay_manager.core.peers import PeerState, derp_region_name, parse_peer, relay_host_name
 from overlay_manager.monitor.diagnose import peer_diagnostic
 from overlay_manager.monitor.readings import Diagnostic
@@ -79,13 +80,15 @@ class PeerRow:
         return w[1]
 
     def diagnostic(self, required: FrozenSet[str], derp_why: str) -> Diagnostic:
-        """The peer's /diagnostics entry (diagnose.peer_diagnostic). required: lower-case short
-        names of the required peers; derp_why: diagnose.derp_reason of the NAT check. Built again
-        only when this peer's required flag or derp_why differ from the last call."""
+        """The peer's /diagnostics entry (diagnose.peer_diagnostic). required: peer keys
+        (core.identity.peer_key, see diagnose.required_keys) of the required peers; derp_why:
+        diagnose.derp_reason of the NAT check. Built again only when this peer's required flag or
+        derp_why differ from the last call (the required set is a handful of keys: comparing it
+        costs less than the entry)."""
         d = self._diag
-        if d is not None and d[3] is required and d[1] == derp_why:
+        if d is not None and (d[3] is required or d[3] == required) and d[1] == derp_why:
             return d[2]
-        flag = self.state.name.lower() in required
+        flag = peer_key(self.state) in required
         if d is None or d[0] != flag or d[1] != derp_why:
             d = (flag, derp_why, peer_diagnostic(self.state, flag, derp_why), required)
         else:
@@ -144,7 +147,7 @@ class PeerRows:
             chunks: the status's ``Peer`` value (status key -> decoded ipnstate.PeerStatus);
                 anything but a dict means no peers, values that are not dicts are skipped.
             region_names: DERP region code -> readable name (peers.derp_region_name).
-            latency_ms: node key (dns_name or name) -> last measured RTT in ms.
+            latency_ms: peer key (core.identity.peer_key) -> last measured RTT in ms.
         """
         old = self._rows
         # nothing from outside the chunks changed: a row whose chunk is the same object is
@@ -171,7 +174,7 @@ class PeerRows:
                     parsed += 1
                 relay_host = relay_host_name(base.peer_relay, chunks.values()) if base.peer_relay else ""
                 derp = derp_region_name(base, region_names)
-                ms = latency_ms.get(base.dns_name or base.name, math.nan)
+                ms = latency_ms.get(peer_key(base), math.nan)
                 if (hit is None or hit.base is not base or hit.state.relay_host != relay_host
                         or hit.state.derp_region != derp or not _same_ms(hit.state.latency_ms, ms)):
                     state = base

@@ -9,6 +9,7 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Optional, Tuple
 
+from overlay_manager.core.levels import ERROR, OK, WARN, Level
 from overlay_manager.core.peers import PATH_UNKNOWN, PeerState, Snapshot
 from overlay_manager.system import iperf
 from overlay_manager.system.firewall import Restriction
@@ -20,8 +21,7 @@ if TYPE_CHECKING:  # peer_rows imports this module
 OVERLAY_V4 = ipaddress.ip_network("100.64.0.0/10")
 OVERLAY_V6 = ipaddress.ip_network("fd7a:115c:a1e0::/48")
 
-# diagnostic levels (same numbers as diagnostic_msgs/DiagnosticStatus)
-OK, WARN, ERROR = 0, 1, 2
+__all__ = ["ERROR", "OK", "WARN", "Level"]  # the levels' home is core.levels; re-exported for the monitor's users
 
 STATUS_TIMEOUT_S = 1.5
 """Seconds one status read may take. tailscaled answers /status in milliseconds; a hung daemon
@@ -151,9 +151,9 @@ class Check:
 
 @dataclass(frozen=True)
 class Diagnostic:
-    """One /diagnostics entry, ROS-free."""
+    """One /diagnostics entry, ROS-free (level: core.levels.Level)."""
 
-    level: int
+    level: Level
     name: str
     message: str
     values: Tuple[Tuple[str, str], ...] = ()

@@ -17,8 +17,7 @@ from overlay_manager.core.config import ConfigError, NodeSettings, apply_overrid
 from overlay_manager.monitor.overlay_monitor import OverlayMonitor
 from overlay_manager.ros.node import OverlayNode
 from overlay_manager.ros.topic_links import parse_host_aliases
-from overlay_manager.system.workers import ERROR as LOG_ERROR
-from overlay_manager.system.workers import INFO, LogQueue, describe
+from overlay_manager.system.workers import LOG_ERROR, LOG_INFO, LogQueue, describe
 from overlay_manager.tailscaled.enrolment import ensure_enrolled
 from overlay_manager.tailscaled.localapi import EnrolError, LocalAPI, TailscaleError
 
@@ -80,7 +79,7 @@ def _enrol_loop(api: LocalAPI, cfg: Any, monitor: OverlayMonitor, log: LogQueue,
         try:
             result = ensure_enrolled(api, cfg)
             monitor.enrol_error = ""
-            log(INFO, f"overlay_manager: {result.message}")
+            log(LOG_INFO, f"overlay_manager: {result.message}")
             return
         except EnrolError as exc:
             monitor.enrol_error = str(exc)

@@ -159,7 +159,7 @@ class ReportMessages:
         return st
 
     def _diag_status(self, d: Diagnostic) -> DiagnosticStatus:
-        s = DiagnosticStatus(level=d.level, name=f"{self.node_name}: {d.name}", message=d.message,
+        s = DiagnosticStatus(level=int(d.level), name=f"{self.node_name}: {d.name}", message=d.message,
                              hardware_id=self.cfg.hostname)
         s.values = [KeyValue(key=k, value=v) for k, v in d.values]
         return s
@@ -177,7 +177,7 @@ class ReportMessages:
         bad = [h for h in health if h.level > OK]
         problems = [h.message for h in bad] + sorted(publish_faults)
         level = max([h.level for h in bad] + ([ERROR] if publish_faults else []) + [OK])
-        threads = DiagnosticStatus(level=level, name=f"{self.node_name}: node threads",
+        threads = DiagnosticStatus(level=int(level), name=f"{self.node_name}: node threads",
                                    message="; ".join(problems) if problems else f"{len(health)} threads running",
                                    hardware_id=self.cfg.hostname)
         threads.values = [KeyValue(key=h.name, value=h.message or f"ok, {h.cycles} cycles") for h in health]

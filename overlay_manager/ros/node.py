@@ -86,8 +86,7 @@ from overlay_manager.srv import (
 )
 from overlay_manager.system import children
 from overlay_manager.system.iperf import iperf_server_argv
-from overlay_manager.system.workers import ERROR as LOG_ERROR
-from overlay_manager.system.workers import INFO, WARN, LogQueue, Worker, WorkerHealth, describe
+from overlay_manager.system.workers import LOG_ERROR, LOG_INFO, LOG_WARN, LogQueue, Worker, WorkerHealth, describe
 from overlay_manager.tailscaled.derper import derper_summary
 from overlay_manager.tailscaled.ipnbus import BusWatcher
 
@@ -187,7 +186,7 @@ class OverlayNode:
         try:
             self._poll_cycle()
         except Exception as exc:  # noqa: BLE001 - the poll thread retries and reports
-            self.log(WARN, f"first status read failed: {describe(exc)}")
+            self.log(LOG_WARN, f"first status read failed: {describe(exc)}")
         self.reporter.start()
         for w in self.workers:
             w.start()
@@ -222,17 +221,17 @@ class OverlayNode:
         self._pace_poll()
         changes = self.m.poll()
         for line in self.m.take_warnings():
-            self.log(WARN, line)
+            self.log(LOG_WARN, line)
         if changes:
             now = rospy.Time.now()
             for ev in changes:
                 self._changes.append((now, ev))
                 if ev.old_path:
-                    self.log(INFO, f"path to {ev.peer.name}: {ev.old_path} -> {ev.new_path} "
+                    self.log(LOG_INFO, f"path to {ev.peer.name}: {ev.old_path} -> {ev.new_path} "
                                    f"{ev.peer.endpoint or ev.peer.relay_region}")
         error = self.m.error
         if error != self._logged_error:
-            self.log(LOG_ERROR if error else INFO,
+            self.log(LOG_ERROR if error else LOG_INFO,
                      f"overlay_manager: {error}" if error else "overlay_manager: tailscaled answers again")
             self._logged_error = error
         self.reporter.wake()
@@ -248,7 +247,7 @@ class OverlayNode:
         """overlay-relay: relay server as configured (on/off), then its port and sessions."""
         note = self.m.refresh_relay()
         if note and note != self._relay_note:
-            self.log(WARN if self.m.relay_state.error else INFO, f"overlay_manager: {note}")
+            self.log(LOG_WARN if self.m.relay_state.error else LOG_INFO, f"overlay_manager: {note}")
         self._relay_note = note
         self.reporter.wake()
 
@@ -262,7 +261,7 @@ class OverlayNode:
         st = self.m.refresh_derper()
         if st.listening != self._derper_up:
             text = derper_summary(self.cfg.derper, st)[0]
-            self.log(INFO if st.listening else WARN, f"overlay_manager: {text}")
+            self.log(LOG_INFO if st.listening else LOG_WARN, f"overlay_manager: {text}")
         self._derper_up = st.listening
         self.reporter.wake()
 
@@ -348,7 +347,7 @@ class OverlayNode:
         if log:
             for c in checks:
                 if not c.ok:
-                    self.log(WARN, f"preflight {c.name}: {c.message} -- {c.hint}")
+                    self.log(LOG_WARN, f"preflight {c.name}: {c.message} -- {c.hint}")
         self.reporter.wake()
         return PreflightResponse(ok=all(c.ok for c in checks), checks=[
             PreflightCheck(name=c.name, ok=c.ok, message=c.message, hint=c.hint) for c in checks])
@@ -367,9 +366,9 @@ class OverlayNode:
         try:
             self._iperf = children.spawn(iperf_server_argv(ip, self.cfg.node.iperf_port),
                                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-            self.log(INFO, f"iperf3 server on {ip}:{self.cfg.node.iperf_port}")
+            self.log(LOG_INFO, f"iperf3 server on {ip}:{self.cfg.node.iperf_port}")
         except FileNotFoundError:
-            self.log(WARN, "iperf3 not installed: ~measure_link from peers will fail")
+            self.log(LOG_WARN, "iperf3 not installed: ~measure_link from peers will fail")
 
     def shutdown(self) -> None:
         """Stop every thread and every child this node started (by pid)."""

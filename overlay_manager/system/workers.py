@@ -8,7 +8,11 @@ for longer than it may take, or failed its last cycle.
 
 :class:`LogQueue` moves log calls off the threads that must not block: rospy 1.15's log calls can
 block on an XML-RPC call to the ROS master, and a master behind a dead overlay holds them until
-TCP gives up. Threads put (level, text) here and return at once; one thread writes them out.
+TCP gives up. Threads put (severity, text) here and return at once; one thread writes them out.
+
+Two kinds of level, on purpose: a log line's severity (``LOG_*`` words, how loud a line is, mapped
+to rospy.logdebug ... rospy.logerr) and a worker's health (core.levels.Level, the state of a
+thread as /diagnostics shows it).
 
 No ROS import here: everything takes plain callables and is unit-tested with fakes.
 """
@@ -22,11 +26,13 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Deque, Optional, Tuple
 
-# levels given to a LogQueue's writer
-DEBUG, INFO, WARN, ERROR = "debug", "info", "warn", "error"
+from overlay_manager.core.levels import Level
+
+# log severities given to a LogQueue's writer (not diagnostic levels: see the module docstring)
+LOG_DEBUG, LOG_INFO, LOG_WARN, LOG_ERROR = "debug", "info", "warn", "error"
 
 LogFn = Callable[[str, str], None]
-"""(level, text) -> None: where a worker reports failures and recoveries."""
+"""(severity, text) -> None: where a worker reports failures and recoveries (severity: LOG_*)."""
 
 
 class LogQueue:
@@ -70,7 +76,7 @@ class LogQueue:
                 dropped, self._dropped = self._dropped, 0
             try:
                 if dropped:
-                    self._write(WARN, f"{dropped} log lines dropped while logging was blocked")
+                    self._write(LOG_WARN, f"{dropped} log lines dropped while logging was blocked")
                 self._write(level, text)
             except Exception:  # noqa: BLE001 - a broken log sink must not end logging
                 pass
@@ -87,13 +93,13 @@ class LogQueue:
 class WorkerHealth:
     """What a watchdog knows about one worker at one moment.
 
-    level: 0 OK, 1 WARN (last cycle raised, the thread goes on), 2 ERROR (dead or stuck).
+    level: core.levels.Level: OK, WARN (last cycle raised, the thread goes on), ERROR (dead or stuck).
     message: "" when OK; otherwise one line naming the thread, which stays the same while the
         condition lasts (so a report that compares messages does not change every cycle).
     """
 
     name: str
-    level: int
+    level: Level
     message: str                 # "" when OK
     cycles: int                  # completed cycles (successful or not)
     failures: int                # cycles that raised, in a row ("" error = 0)
@@ -195,9 +201,9 @@ class Worker:
             self._last_error = error
             self._failures = failures + 1 if error else 0
         if error and error != previous:
-            self._log(ERROR, f"{self.name}: {error} (the thread goes on; logged once until it changes)")
+            self._log(LOG_ERROR, f"{self.name}: {error} (the thread goes on; logged once until it changes)")
         elif previous and not error:
-            self._log(INFO, f"{self.name}: works again after {failures} failed cycles")
+            self._log(LOG_INFO, f"{self.name}: works again after {failures} failed cycles")
 
     def health(self, now: Optional[float] = None) -> WorkerHealth:
         """Dead, stuck, failing or fine, as of now (monotonic seconds; default: the clock)."""
@@ -207,18 +213,18 @@ class Worker:
             started, beat, died = self._cycle_started, self._last_beat, self._died
         since = now - beat if beat is not None else math.nan
 
-        def out(level: int, message: str) -> WorkerHealth:
+        def out(level: Level, message: str) -> WorkerHealth:
             return WorkerHealth(self.name, level, message, cycles, failures, error, since)
 
         if died or (not self._thread.is_alive() and self._thread.ident is not None
                     and not self._stop.is_set() and not math.isinf(self.period_s)):
-            return out(2, f"thread {self.name} died: {died or 'ended unexpectedly'}")
+            return out(Level.ERROR, f"thread {self.name} died: {died or 'ended unexpectedly'}")
         if started is not None and now - started > self.stuck_after_s:
-            return out(2, f"thread {self.name} is stuck: one cycle has run longer than "
+            return out(Level.ERROR, f"thread {self.name} is stuck: one cycle has run longer than "
                           f"{self.stuck_after_s:.1f} s")
         if error:
-            return out(1, f"thread {self.name}: last cycle failed: {error}")
-        return out(0, "")
+            return out(Level.WARN, f"thread {self.name}: last cycle failed: {error}")
+        return out(Level.OK, "")
 
 
 def describe(exc: BaseException, limit: int = 300) -> str:

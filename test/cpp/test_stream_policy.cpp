@@ -42,7 +42,7 @@ Decision run(StreamPolicy& p, int frames)
 TEST(StreamPolicy, DirectAndLocalGetFullRateAndMaxQuality)
 {
   StreamPolicy p;
-  p.setSubscribers({sub("laptop", "direct"), sub("robot1", "local")});
+  p.setSubscribers({sub("laptop", "direct"), sub("robot1", "self")});
   const Decision d = run(p, 50);
   EXPECT_EQ(d.quality, p.params().max_quality);
   EXPECT_DOUBLE_EQ(d.rate_hz, p.params().max_rate_hz);
@@ -211,15 +211,16 @@ TEST(SubscriberHosts, PathOfHost)
   EXPECT_EQ(pathOfHost("LAPTOP.fleet.internal.", "x", &peers), "derp");
   EXPECT_EQ(pathOfHost("100.64.0.3", "x", &peers), "derp");
   EXPECT_EQ(pathOfHost("laptop", "x", &peers), "derp");
-  EXPECT_EQ(pathOfHost("robot1.fleet.internal", "robot1.fleet.internal", &peers), "local");
-  EXPECT_EQ(pathOfHost("robot1.fleet.internal", "other", &peers), "local");  // ~peers' self
-  EXPECT_EQ(pathOfHost("localhost", "x", nullptr), "local");
-  EXPECT_EQ(pathOfHost("127.0.0.1", "x", nullptr), "local");
+  EXPECT_EQ(pathOfHost("robot1.fleet.internal", "robot1.fleet.internal", &peers), "self");
+  EXPECT_EQ(pathOfHost("robot1.fleet.internal", "other", &peers), "self");  // ~peers' self
+  EXPECT_EQ(pathOfHost("localhost", "x", nullptr), "self");
+  EXPECT_EQ(pathOfHost("127.0.0.1", "x", nullptr), "self");
   EXPECT_EQ(pathOfHost("laptop.fleet.internal", "x", nullptr), "unknown");
   EXPECT_EQ(pathOfHost("laptop.other.domain", "x", &peers), "unknown");
   EXPECT_EQ(pathOfHost("", "x", &peers), "unknown");
-  EXPECT_EQ(overlay_manager::shortName("100.64.0.3", &peers), "laptop");
-  EXPECT_EQ(overlay_manager::shortName("base.fleet.internal", &peers), "base");
+  EXPECT_EQ(overlay_manager::shortName("100.64.0.3", "x", &peers), "laptop");
+  EXPECT_EQ(overlay_manager::shortName("base.fleet.internal", "x", &peers), "base");
+  EXPECT_EQ(overlay_manager::shortName("192.168.1.20", "x", &peers, {{"192.168.1.20", "laptop"}}), "laptop");
 }
 
 TEST(SubscriberHosts, SocketOfTransportInfo)

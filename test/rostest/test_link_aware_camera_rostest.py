@@ -27,9 +27,11 @@ def _devel_binary(name):
 
 
 @pytest.mark.skipif(not os.environ.get("CMAKE_PREFIX_PATH"), reason="no catkin devel space sourced (scripts/build)")
-def test_stream_policy_gtest():
-    binary = _devel_binary("test_stream_policy")
-    assert binary, "test_stream_policy not built: CMAKE_PREFIX_PATH has no devel space with overlay_manager's C++"
+@pytest.mark.parametrize("name", ["test_stream_policy", "test_host_matching"])
+def test_pure_gtest(name):
+    """The stream policy and subscriber_hosts (with test/data/host_matching_cases.yaml)."""
+    binary = _devel_binary(name)
+    assert binary, f"{name} not built: CMAKE_PREFIX_PATH has no devel space with overlay_manager's C++"
     proc = subprocess.run([binary], capture_output=True, text=True, timeout=60, check=False)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
     assert "[  PASSED  ]" in proc.stdout

@@ -10,6 +10,7 @@ import sys
 import pytest
 import yaml
 
+from overlay_manager.core.levels import Level
 from overlay_manager.testing.tsfake import FakeTailscaled, robot_config, write_robot_config
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -47,7 +48,7 @@ def _enrol_error_reported(env, config, text, timeout=30):
     assert waited.returncode == 0, waited.stderr + out
     assert alive, f"the node exited on an enrolment error:\n{out}"
     diag = json.loads(waited.stdout)
-    assert diag["level"] == 2 and diag["message"].startswith("enrolment failed: "), diag
+    assert diag["level"] == Level.ERROR and diag["message"].startswith("enrolment failed: "), diag
     return diag, out
 
 

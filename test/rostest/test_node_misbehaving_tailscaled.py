@@ -18,6 +18,7 @@ import time
 import pytest
 from ros_graph import free_port, read_jsonl, ros_env, start, stop_all, wait
 
+from overlay_manager.core.levels import Level
 from overlay_manager.testing.tsfake import FakeTailscaled, write_robot_config
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -116,12 +117,12 @@ def test_failure_is_reported_published_and_recovered(rig, mode, hold_s):
     t0 = time.time()
     _break(rig, mode)
     st = rig.first(t0, "status", lambda e: e["stale"] and e["error"], 10, f"~status stale after {mode}")
-    dg = rig.first(t0, "diag", lambda e: e["level"] == 2, 10, f"/diagnostics ERROR after {mode}")
+    dg = rig.first(t0, "diag", lambda e: e["level"] == Level.ERROR, 10, f"/diagnostics ERROR after {mode}")
     time.sleep(max(0.0, t0 + hold_s - time.time()))
     t1 = time.time()
     _mend(rig, mode)
     back = rig.wait_fresh(t1, 10)
-    ok_diag = rig.first(t1, "diag", lambda e: e["level"] != 2, 10, f"/diagnostics not ERROR after {mode}")
+    ok_diag = rig.first(t1, "diag", lambda e: e["level"] != Level.ERROR, 10, f"/diagnostics not ERROR after {mode}")
     window = [e["t"] for e in rig.events(t0, "status") if e["t"] <= t1]
     gaps = [b - a for a, b in zip([t0] + window, window + [t1])]
     stale_peers = [e for e in rig.events(t0, "peers") if e["t"] <= t1 and e["stale"]]

@@ -8,6 +8,7 @@ import time
 import pytest
 
 from overlay_manager.core.config import apply_overrides, load_robot_config
+from overlay_manager.core.levels import Level
 from overlay_manager.core.peers import PeerState
 from overlay_manager.monitor.overlay_monitor import OverlayMonitor
 from overlay_manager.ros import node as N
@@ -114,7 +115,7 @@ def test_a_failing_thread_is_a_fault_in_status_and_diagnostics(rig):
     assert st.faults == ["thread overlay-test: last cycle failed: "
                          "OverflowError: cannot convert float infinity to integer"]
     (threads,) = (s for s in out["/diagnostics"][0].status if s.name.endswith("node threads"))
-    assert threads.level == 1 and "overlay-test" in threads.message
+    assert threads.level == Level.WARN and "overlay-test" in threads.message
 
 
 def test_unserializable_message_is_reported_not_fatal(rig):
@@ -182,7 +183,7 @@ def test_a_dead_or_stuck_thread_is_an_error_naming_it(rig):
         assert any(f.startswith("thread overlay-dead died: SystemExit") for f in st.faults), st.faults
         assert any(f.startswith("thread overlay-stuck is stuck") for f in st.faults), st.faults
         (threads,) = (s for s in out["/diagnostics"][0].status if s.name.endswith("node threads"))
-        assert threads.level == 2 and "overlay-dead" in threads.message and "overlay-stuck" in threads.message
+        assert threads.level == Level.ERROR and "overlay-dead" in threads.message and "overlay-stuck" in threads.message
     finally:
         release.set()
         stuck.stop()

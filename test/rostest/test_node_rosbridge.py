@@ -16,6 +16,7 @@ import sys
 import pytest
 from ros_graph import free_port, stop_all
 
+from overlay_manager.core.levels import Level
 from overlay_manager.testing.tsfake import FakeTailscaled, write_robot_config
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -53,14 +54,14 @@ def test_rosbridge_port_exposure_on_diagnostics(master, tmp_path):
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
         text = "reachable beyond the overlay" if os.geteuid() == 0 else "cannot tell"
         d = wait_diag(master, text, 40)
-        assert d["level"] == 1, d
+        assert d["level"] == Level.WARN, d
         assert d["values"]["listening_on"] == "0.0.0.0" and d["values"]["port"] == str(port), d
         assert f"overlay_env --rosbridge-firewall {port}" in d["message"], d
         wide.close()
         local = listener("127.0.0.1", port)
         try:
             d = wait_diag(master, "loopback/overlay addresses only", 30)
-            assert d["level"] == 0 and d["values"]["listening_on"] == "127.0.0.1", d
+            assert d["level"] == Level.OK and d["values"]["listening_on"] == "127.0.0.1", d
         finally:
             local.close()
     finally:

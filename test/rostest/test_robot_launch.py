@@ -18,6 +18,7 @@ import xmlrpc.client
 import pytest
 from ros_graph import free_port, read_jsonl, ros_env, start, stop_all, wait
 
+from overlay_manager.core.levels import Level
 from overlay_manager.core.ros_names import overlay_node, ros_namespace
 from overlay_manager.testing.tsfake import FakeTailscaled, write_robot_config
 
@@ -34,7 +35,7 @@ RESPAWN_DELAY_S = 15
 MACHINE = f"/Overlay/Machines/{NS} overlay_manager: overlay"
 LINK_B = f"/Overlay/Links/{NS} overlay_manager: peer robotb"
 LINK_GHOST = f"/Overlay/Links/{NS} overlay_manager: peer ghost"
-STALE = 3  # diagnostic_msgs/DiagnosticStatus.STALE
+STALE = Level.STALE
 
 
 class Launch:

@@ -9,6 +9,7 @@ from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 from genpy import SerializationError
 from rospy.msg import serialize_message
 
+from overlay_manager.core.levels import Level
 from overlay_manager.core.peers import PeerState, same_topology
 from overlay_manager.monitor.peer_rows import PeerRows, plain_rows
 from overlay_manager.msg import Peer, PeerList
@@ -133,7 +134,7 @@ def test_report_messages_reuse_unchanged_peers_and_diagnostics(monkeypatch):
         d3 = rm.diagnostics(rospy.Time(3), m.diagnostic_parts(), [], [])
         assert pl3.peers[0] is not pl1.peers[0] and pl3.peers[0].path == "derp"
         assert not same_topology(first, m.reading.snapshot)
-        assert any(s.level == 1 and "DERP" in s.message for s in d3.status)
+        assert any(s.level == Level.WARN and "DERP" in s.message for s in d3.status)
         for built, stock in ((pl3, PeerList(header=pl3.header, stale=pl3.stale, self_peer=pl3.self_peer,
                                             peers=list(pl3.peers))),
                              (d3, DiagnosticArray(header=d3.header, status=list(d3.status)))):

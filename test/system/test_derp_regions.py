@@ -33,6 +33,7 @@ from typing import Any, Dict, List
 
 import pytest
 
+from overlay_manager.core.levels import Level
 from overlay_manager.lab.campus import robots
 from overlay_manager.lab.campus.derp_outage import home_region, run_outage
 from overlay_manager.lab.campus.system import wait_for
@@ -113,7 +114,7 @@ def test_link_is_relayed_through_a_fleet_region(campus):
     diag = robots.run_probe(lab, DERPERS["east"], ["collect", "/diagnostics", "diagnostic_msgs/DiagnosticArray",
                                                    "--seconds", "3"], timeout=30)
     entries = [s for d in diag["msgs"] for s in d["status"] if s["name"] == f"{node.lstrip('/')}: DERP server"]
-    assert entries and entries[-1]["level"] == 0, entries[-1:]
+    assert entries and entries[-1]["level"] == Level.OK, entries[-1:]
 
 
 def test_headscale_down_relayed_camera_keeps_flowing(campus):

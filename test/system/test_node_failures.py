@@ -22,6 +22,7 @@ from pathlib import Path
 
 import pytest
 
+from overlay_manager.core.levels import Level
 from overlay_manager.core.ros_names import overlay_node
 from overlay_manager.lab.campus import robots
 from overlay_manager.system import waiting
@@ -103,7 +104,7 @@ def test_tailscaled_killed_under_the_node(rig, how):
         proc.wait(10)
         lab.stop_tailscaled(LAPTOP)  # the lab forgets the dead process
     st = rec.first(t0, "status", lambda e: e["stale"] and e["error"], 10, f"~status stale after {how}")
-    dg = rec.first(t0, "diag", lambda e: e["level"] == 2, 10, f"/diagnostics ERROR after {how}")
+    dg = rec.first(t0, "diag", lambda e: e["level"] == Level.ERROR, 10, f"/diagnostics ERROR after {how}")
     time.sleep(max(0.0, t0 + 4.0 - time.time()))
     t1 = time.time()
     started["proc"] = lab.start_tailscaled(LAPTOP)
@@ -112,7 +113,8 @@ def test_tailscaled_killed_under_the_node(rig, how):
     back = rec.first(t2 - 0.5, "status", lambda e: not e["stale"], 10, "a fresh ~status after the restart")
     window = [e["t"] for e in rec.events(t0, "status") if e["t"] <= t1]
     gaps = [b - a for a, b in zip([t0] + window, window + [t1])]
-    running = rec.first(t2 - 0.5, "diag", lambda e: e["level"] != 2, 60, "/diagnostics not ERROR after the restart")
+    running = rec.first(t2 - 0.5, "diag", lambda e: e["level"] != Level.ERROR, 60,
+                        "/diagnostics not ERROR after the restart")
     print(f"\n{how} of tailscaled (master on {ROBOT}): ~status stale after {st['t'] - t0:.2f} s ({st['error']!r}), "
           f"/diagnostics ERROR after {dg['t'] - t0:.2f} s; {len(window)} ~status in {t1 - t0:.1f} s, largest gap "
           f"{max(gaps):.2f} s; restarted tailscaled answered {t2 - t1:.2f} s after start, node fresh "

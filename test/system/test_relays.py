@@ -31,6 +31,7 @@ from typing import Any, Dict, List
 import pytest
 from path_failover import node, run_failover
 
+from overlay_manager.core.levels import Level
 from overlay_manager.lab.campus import robots
 
 REPO = Path(__file__).resolve().parents[2]
@@ -126,7 +127,7 @@ def test_relay_on_link_becomes_peer_relay_several_times_derp(campus):
                                          "--seconds", "3"], timeout=30)
     entries = [s for msg in diag["msgs"] for s in msg["status"]
                if s["name"] == f"{node(RELAY).lstrip('/')}: peer relay"]
-    assert entries and entries[-1]["level"] == 0 and f"UDP {RELAY_PORT}" in entries[-1]["message"], entries[-1:]
+    assert entries and entries[-1]["level"] == Level.OK and f"UDP {RELAY_PORT}" in entries[-1]["message"], entries[-1:]
 
 
 def test_camera_over_the_relay(campus):

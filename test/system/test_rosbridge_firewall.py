@@ -30,6 +30,7 @@ from typing import Dict, Iterator, List
 
 import pytest
 
+from overlay_manager.core.levels import Level
 from overlay_manager.system.waiting import wait_for
 
 REPO = Path(__file__).resolve().parents[2]
@@ -161,7 +162,7 @@ def test_firewall_restricts_rosbridge_port_to_lo_and_overlay(net: Net) -> None:
     assert net.reaches(net.ovl, net.robot_ovl)
     assert net.reaches(net.robot, "127.0.0.1")
     before = net.check()
-    assert before["state"] == "missing" and before["level"] == 1, before
+    assert before["state"] == "missing" and before["level"] == Level.WARN, before
     assert "reachable beyond the overlay" in before["message"] and "0.0.0.0" in before["message"]
 
     out = net.overlay_env("--rosbridge-firewall", str(PORT))
@@ -174,10 +175,10 @@ def test_firewall_restricts_rosbridge_port_to_lo_and_overlay(net: Net) -> None:
     assert "tcp dport 9090 counter packets" in listing and "drop" in listing, listing
 
     after = net.check()
-    assert after["state"] == "restricted" and after["level"] == 0, after
+    assert after["state"] == "restricted" and after["level"] == Level.OK, after
     assert "restricted" in after["message"] and "tailscale0" in after["message"]
     unprivileged = net.check(user="nobody")
-    assert unprivileged["state"] == "unknown" and unprivileged["level"] == 1, unprivileged
+    assert unprivileged["state"] == "unknown" and unprivileged["level"] == Level.WARN, unprivileged
     assert "cannot tell" in unprivileged["message"] and "--rosbridge-firewall 9090" in unprivileged["message"]
 
     # idempotent: a second run replaces the table, it does not add a second one

@@ -46,7 +46,7 @@ def test_peer_relay_endpoint_is_ip_port_and_vni_is_its_own_field() -> None:
         ("direct", "peer-relay", "10.231.12.10:40000", 7)
     # a new relay session (another VNI) is a change worth publishing at once
     p["PeerRelay"] = "10.231.12.10:40000:vni:8"
-    assert P.peer_key(P.parse_status(st).peers[0]) != P.peer_key(peer)
+    assert P.peer_fingerprint(P.parse_status(st).peers[0]) != P.peer_fingerprint(peer)
     # IPv6 relay, and a PeerRelay without the VNI part
     p["PeerRelay"] = "[2001:db8::1]:40000:vni:3"
     (v6,) = P.parse_status(st).peers

@@ -9,6 +9,7 @@ import math
 from typing import List, Tuple
 
 from overlay_manager.core import peers as P
+from overlay_manager.core.identity import normalise_host, peer_key
 from overlay_manager.monitor.diagnose import peer_diagnostic
 from overlay_manager.monitor.peer_rows import PeerRows, plain_rows, rows_of
 from overlay_manager.tailscaled.status_json import StatusDecoder
@@ -96,12 +97,12 @@ def test_latency_change_updates_the_row_and_its_bytes_without_parsing_again() ->
     st = tailnet()
     first = read(stage, dec, st)
     old = first[1].peer_wire(wire)[1]
-    second = read(stage, dec, st, {"robot-001.fleet.internal": 2.5})
+    second = read(stage, dec, st, {"101": 2.5})
     assert stage.built == 1 and stage.parsed == 0
     assert second[1] is not first[1] and second[1].base is first[1].base and second[1].state.latency_ms == 2.5
     assert second[1].peer_wire(wire)[1] != old and b"latency_ms=2.5" in second[1].peer_wire(wire)[1]
     assert all(a is b for i, (a, b) in enumerate(zip(first, second)) if i != 1)
-    assert read(stage, dec, st, {"robot-001.fleet.internal": 2.5})[1] is second[1]   # same value: reused
+    assert read(stage, dec, st, {"101": 2.5})[1] is second[1]   # same value: reused
     assert math.isnan(read(stage, dec, st)[1].state.latency_ms)                      # measurement dropped
 
 
@@ -127,8 +128,8 @@ def test_diagnostic_rebuilt_only_when_required_or_nat_wording_change() -> None:
     assert row.diagnostic(frozenset({"someone"}), "why") is d             # not this peer
     w = row.diagnostic_wire(frozenset(), "why", wire)
     assert row.diagnostic_wire(frozenset(), "why", wire) is w and len(wire.built) == 1
-    assert row.diagnostic(frozenset({row.state.name}), "why") is not d    # now required
-    assert row.diagnostic_wire(frozenset({row.state.name}), "why", wire) is not w and len(wire.built) == 2
+    assert row.diagnostic(frozenset({peer_key(row.state)}), "why") is not d    # now required
+    assert row.diagnostic_wire(frozenset({peer_key(row.state)}), "why", wire) is not w and len(wire.built) == 2
     assert row.diagnostic(frozenset(), "other") == peer_diagnostic(row.state, False, "other")
 
 
@@ -148,7 +149,7 @@ def test_rows_equal_parse_status_with_relay_hosts_region_names_and_latency() -> 
     st["Peer"][keys[1]].update(CurAddr="", Relay="fra")                              # derp, no name in the map
     st["Peer"][keys[2]].update(HostName="a-first", DNSName="a-first.fleet.internal.")  # sorts first
     st["Peer"][keys[3]]["Online"] = False
-    latency = {"robot-004.fleet.internal": 1.25}
+    latency = {"104": 1.25}
     stage = PeerRows()
     rows = stage.update(st["Peer"], NAMES, latency)
     want = P.with_latency(P.with_region_names(P.parse_status(st), NAMES), latency)
@@ -169,7 +170,7 @@ def test_rows_of_falls_back_to_plain_rows() -> None:
     assert rows_of(rows, snap.peers) is rows
     made = rows_of((), snap.peers)
     assert [r.state for r in made] == list(snap.peers) and all(r.key == "" for r in made)
-    other = P.with_latency(snap, {"robot-001.fleet.internal": 9.0})   # same length, one peer copied
+    other = P.with_latency(snap, {"101": 9.0})   # same length, one peer copied
     again = rows_of(rows, other.peers)
     assert again is not rows and [r.state for r in again] == list(other.peers)
     assert PeerRows().update(None, {}, {}) == () and PeerRows().update({"x": 3}, {}, {}) == ()
@@ -177,12 +178,12 @@ def test_rows_of_falls_back_to_plain_rows() -> None:
 
 def test_with_latency_copies_only_changed_peers() -> None:
     snap = P.parse_status(tailnet(2))
-    out = P.with_latency(snap, {"robot-000.fleet.internal": 1.5})
+    out = P.with_latency(snap, {"100": 1.5})
     by = {p.name: p for p in out.peers}
     assert by["robot-000"].latency_ms == 1.5
     assert by["robot-001"] is {p.name: p for p in snap.peers}["robot-001"]
     assert math.isnan(by["robot-001"].latency_ms)
-    again = P.with_latency(out, {"robot-000.fleet.internal": 1.5})
+    again = P.with_latency(out, {"100": 1.5})
     assert all(a is b for a, b in zip(again.peers, out.peers))
 
 
@@ -226,7 +227,8 @@ def test_seeded_sequences_of_reads_equal_parse_status_every_time() -> None:
                     st["Peer"] = peers = dict(items)
                 elif what == 6:
                     p = peers[k]
-                    latency[(p["DNSName"].rstrip(".") or p["HostName"])] = rnd.choice([1.0, 2.0, math.nan])
+                    key = p.get("ID") or normalise_host(p["DNSName"] or p["HostName"])
+                    latency[key] = rnd.choice([1.0, 2.0, math.nan])
                 elif what == 7:
                     names = rnd.choice([{}, dict(NAMES), {"lab": "Other"}])
                 else:

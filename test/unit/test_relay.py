@@ -202,7 +202,7 @@ def test_peer_relay_fields_from_status() -> None:
     # a relay change is a change worth publishing at once
     moved = P.parse_status({**status, "Peer": {**status["Peer"], "k1": {
         **status["Peer"]["k1"], "PeerRelay": "10.231.16.10:40000:vni:1"}}})
-    assert P.peer_key(moved.find("robot4")) != P.peer_key(r4)
+    assert P.peer_fingerprint(moved.find("robot4")) != P.peer_fingerprint(r4)
     blinded = P.blind(snap, daemon_gone=True).find("robot4")
     assert blinded.peer_relay == "" and blinded.relay_host == ""
     assert P.relay_host_name("10.231.15.10:40000", [{"Addrs": None}, "junk"]) == ""

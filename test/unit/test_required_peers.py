@@ -43,7 +43,7 @@ def test_offline_peer_is_ok_unless_required(fake_tailscaled, tmp_path):
 
 def test_master_machine_is_always_required(fake_tailscaled, tmp_path):
     m = _monitor(fake_tailscaled, tmp_path, master="robotb.fleet.internal")
-    assert m.required_peers() == frozenset({"robotb"})
+    assert m.required_peers() == frozenset({"robotb.fleet.internal"})
     assert _diag(m)["peer robotb"].level == OK  # online and direct
     _offline(fake_tailscaled)
     assert _diag(m)["peer robotb"].level == ERROR
