@@ -408,8 +408,14 @@ bool H264Encoder::encode(const uint8_t* data, int step, const std::string& encod
                            std::to_string(m.params.width) + " x " + std::to_string(bpp) + " bytes of " + encoding);
 
   const int w = m.ctx->width, h = m.ctx->height;
-  m.sws = sws_getCachedContext(m.sws, w, h, src_fmt, w, h, AV_PIX_FMT_YUV420P, SWS_BILINEAR, nullptr, nullptr,
-                               nullptr);
+  // Same size in and out, so only the chroma planes are resampled. SWS_POINT (chroma from one
+  // pixel of each 2x2 block) halves the generic scaler's time for rgb8 (640x480: about 0.7-1.1 ms
+  // against 1.6 ms with SWS_BILINEAR) at the same luma PSNR after encoding (40.75 against 40.78 dB
+  // on the real scene at 2 Mbit/s; RGB PSNR 0.4 dB lower). SWS_ACCURATE_RND keeps bgr8 off
+  // libswscale's dedicated bgr24 -> yuv420p routine, which is faster but costs 1.4 dB of luma PSNR
+  // after encoding (its rounding).
+  m.sws = sws_getCachedContext(m.sws, w, h, src_fmt, w, h, AV_PIX_FMT_YUV420P, SWS_POINT | SWS_ACCURATE_RND,
+                               nullptr, nullptr, nullptr);
   if (!m.sws)
     return fail(error, "libswscale cannot convert " + encoding + " to YUV 4:2:0");
   int ret = av_frame_make_writable(m.frame);
