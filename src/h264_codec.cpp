@@ -251,8 +251,8 @@ struct H264Encoder::Impl
   {
     const int64_t bps = static_cast<int64_t>(kbps) * 1000;
     ctx->bit_rate = bps;
-    ctx->rc_max_rate = bps;          // VBV: never above the target over the buffer...
-    ctx->rc_buffer_size = static_cast<int>(bps);  // ...of one second
+    ctx->rc_max_rate = bps;  // VBV: never above the target over the buffer of vbv_s seconds
+    ctx->rc_buffer_size = static_cast<int>(static_cast<double>(bps) * params.vbv_s);
     params.bitrate_kbps = kbps;
   }
 };
@@ -273,6 +273,8 @@ bool H264Encoder::open(const H264Params& p, std::string* error)
     return fail(error, "H264Params: bitrate_kbps must be positive (got " + std::to_string(p.bitrate_kbps) + ")");
   if (p.gop < 1)
     return fail(error, "H264Params: gop must be at least 1 frame (got " + std::to_string(p.gop) + ")");
+  if (!(p.vbv_s > 0.0 && p.vbv_s <= 10.0))
+    return fail(error, "H264Params: vbv_s must be in (0, 10] seconds (got " + std::to_string(p.vbv_s) + ")");
   if (p.threads < 0)
     return fail(error, "H264Params: threads must be >= 0 (0 = automatic; got " + std::to_string(p.threads) + ")");
 

@@ -4,7 +4,7 @@
 //
 //   rosrun overlay_manager bench_h264_codec [--video PATH] [--frames N] [--fps 30]
 //       [--bitrates 800,1500,3000] [--preset ultrafast] [--tune zerolatency] [--gop 30] [--realtime]
-//       [--encoding rgb8|bgr8]
+//       [--encoding rgb8|bgr8] [--vbv 0.25]
 //
 // --realtime paces the frames at --fps (cold caches between frames, like a camera); without it the
 // frames go back to back. CPU time is the encoding thread's (CLOCK_THREAD_CPUTIME_ID) around
@@ -48,7 +48,7 @@ int usage(const char* why)
 {
   std::fprintf(stderr,
                "bench_h264_codec: %s\nusage: bench_h264_codec [--video PATH] [--frames N] [--fps F] "
-               "[--bitrates K1,K2,..] [--preset P] [--tune T] [--gop N] [--realtime] [--encoding rgb8|bgr8]\n",
+               "[--bitrates K1,K2,..] [--preset P] [--tune T] [--gop N] [--realtime] [--encoding rgb8|bgr8] [--vbv S]\n",
                why);
   return 2;
 }
@@ -81,6 +81,8 @@ int main(int argc, char** argv)
       base.tune = next();
     else if (a == "--gop")
       base.gop = std::atoi(next().c_str());
+    else if (a == "--vbv")
+      base.vbv_s = std::atof(next().c_str());
     else if (a == "--encoding")
       encoding = next();
     else if (a == "--realtime")
@@ -128,9 +130,9 @@ int main(int argc, char** argv)
     return 1;
   }
   std::printf("video %s: %zu frames scaled to %dx%d, played at %.0f Hz%s; preset %s, tune %s, gop %d, "
-              "threads %d, input %s\n",
+              "threads %d, input %s, VBV %.2f s\n",
               video.c_str(), frames.size(), base.width, base.height, fps, realtime ? " (paced)" : " (back to back)",
-              base.preset.c_str(), base.tune.c_str(), base.gop, base.threads, encoding.c_str());
+              base.preset.c_str(), base.tune.c_str(), base.gop, base.threads, encoding.c_str(), base.vbv_s);
   std::printf("| target kbit/s | produced kbit/s | PSNR RGB mean / worst (dB) | PSNR Y mean (dB) | "
               "encode ms/frame (mean / p95 wall) | encode CPU ms/frame | %% of one core | decode ms/frame |\n");
   std::printf("|---|---|---|---|---|---|---|---|\n");
