@@ -251,8 +251,8 @@ struct H264Encoder::Impl
   {
     const int64_t bps = static_cast<int64_t>(kbps) * 1000;
     ctx->bit_rate = bps;
-    ctx->rc_max_rate = bps;          // VBV: never above the target over the buffer...
-    ctx->rc_buffer_size = static_cast<int>(bps);  // ...of one second
+    ctx->rc_max_rate = bps;  // VBV: never above the target over the buffer of vbv_s seconds
+    ctx->rc_buffer_size = static_cast<int>(static_cast<double>(bps) * params.vbv_s);
     params.bitrate_kbps = kbps;
   }
 };
@@ -273,6 +273,8 @@ bool H264Encoder::open(const H264Params& p, std::string* error)
     return fail(error, "H264Params: bitrate_kbps must be positive (got " + std::to_string(p.bitrate_kbps) + ")");
   if (p.gop < 1)
     return fail(error, "H264Params: gop must be at least 1 frame (got " + std::to_string(p.gop) + ")");
+  if (!(p.vbv_s > 0.0 && p.vbv_s <= 10.0))
+    return fail(error, "H264Params: vbv_s must be in (0, 10] seconds (got " + std::to_string(p.vbv_s) + ")");
   if (p.threads < 0)
     return fail(error, "H264Params: threads must be >= 0 (0 = automatic; got " + std::to_string(p.threads) + ")");
 
@@ -408,8 +410,14 @@ bool H264Encoder::encode(const uint8_t* data, int step, const std::string& encod
                            std::to_string(m.params.width) + " x " + std::to_string(bpp) + " bytes of " + encoding);
 
   const int w = m.ctx->width, h = m.ctx->height;
-  m.sws = sws_getCachedContext(m.sws, w, h, src_fmt, w, h, AV_PIX_FMT_YUV420P, SWS_BILINEAR, nullptr, nullptr,
-                               nullptr);
+  // Same size in and out, so only the chroma planes are resampled. SWS_POINT (chroma from one
+  // pixel of each 2x2 block) halves the generic scaler's time for rgb8 (640x480: about 0.7-1.1 ms
+  // against 1.6 ms with SWS_BILINEAR) at the same luma PSNR after encoding (40.75 against 40.78 dB
+  // on the real scene at 2 Mbit/s; RGB PSNR 0.4 dB lower). SWS_ACCURATE_RND keeps bgr8 off
+  // libswscale's dedicated bgr24 -> yuv420p routine, which is faster but costs 1.4 dB of luma PSNR
+  // after encoding (its rounding).
+  m.sws = sws_getCachedContext(m.sws, w, h, src_fmt, w, h, AV_PIX_FMT_YUV420P, SWS_POINT | SWS_ACCURATE_RND,
+                               nullptr, nullptr, nullptr);
   if (!m.sws)
     return fail(error, "libswscale cannot convert " + encoding + " to YUV 4:2:0");
   int ret = av_frame_make_writable(m.frame);

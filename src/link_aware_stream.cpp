@@ -25,6 +25,8 @@ namespace
 const double kNaN = std::numeric_limits<double>::quiet_NaN();
 const double kDiscoveryRetryS = 10.0;  ///< s between attempts to find the overlay node
 const char* const kNoOverlay = "no overlay node: paths unknown";
+const double kRecheckS = 0.1;             ///< h264: s between backlog checks while frames are skipped
+const double kMinForcedKeyframeS = 1.0;   ///< h264: at most one keyframe forced by a backlog per second
 
 double nanIfInf(double v)
 {
@@ -107,13 +109,21 @@ StreamOptions readStreamOptions(const ros::NodeHandle& pnh, const std::string& f
       {paths::kIdle, "budget_kbps_idle"},       {paths::kUnknown, "budget_kbps_unknown"},
       {paths::kOffline, "budget_kbps_offline"}, {paths::kDirect, "budget_kbps_direct"},
       {paths::kSelf, "budget_kbps_self"}};
+  // H.264 has its own budgets (video_budget_kbps_<path>, defaultVideoBudgetsKbps): JPEG's would give
+  // it several times the bitrate it needs; distinct names also let the republisher, whose two
+  // streams share one private namespace, set them apart
+  const bool h264 = o.format == "h264";
+  const std::string prefix = h264 ? "video_" : "";
+  if (h264)
+    p.budget_kbps = defaultVideoBudgetsKbps();
   for (const auto& kv : keys)
   {
     double dflt = p.budget_kbps.count(kv.first) ? p.budget_kbps[kv.first] : 0.0;
-    if (kv.first == paths::kSelf && !pnh.hasParam(kv.second) && pnh.getParam("budget_kbps_local", dflt))
-      ROS_WARN("%s/budget_kbps_local is the old name of budget_kbps_self (the path word is Peer.PATH_SELF, "
-               "\"self\"): rename the parameter", ns.c_str());
-    const double v = pnh.param(kv.second, dflt);
+    const std::string old_name = prefix + "budget_kbps_local";
+    if (kv.first == paths::kSelf && !pnh.hasParam(prefix + kv.second) && pnh.getParam(old_name, dflt))
+      ROS_WARN("%s/%s is the old name of %s%s (the path word is Peer.PATH_SELF, \"self\"): rename the "
+               "parameter", ns.c_str(), old_name.c_str(), prefix.c_str(), kv.second.c_str());
+    const double v = pnh.param(prefix + kv.second, dflt);
     if (v > 0.0)
       p.budget_kbps[kv.first] = v;
     else
@@ -148,6 +158,8 @@ LinkAwareStream::LinkAwareStream(const ros::NodeHandle& nh, const std::string& t
   window_start_ = ros::WallTime::now();
   state_pub_ = control_nh_.advertise<StreamState>(topic_ + "/stream_state", 1, true);
   timer_ = control_nh_.createWallTimer(ros::WallDuration(options_.state_period), &LinkAwareStream::onTimer, this);
+  if (options_.format == "h264")
+    recheck_timer_ = control_nh_.createWallTimer(ros::WallDuration(kRecheckS), &LinkAwareStream::onRecheck, this);
   spinner_.reset(new ros::AsyncSpinner(1, &control_queue_));
 }
 
@@ -161,6 +173,7 @@ LinkAwareStream::~LinkAwareStream()
 {
   stopping_ = true;
   timer_.stop();
+  recheck_timer_.stop();
   if (spinner_)
     spinner_->stop();  // joins the control thread
   control_queue_.disable();
@@ -171,6 +184,7 @@ void LinkAwareStream::stop()
 {
   stopping_ = true;
   timer_.stop();
+  recheck_timer_.stop();
   state_pub_.shutdown();
   peers_sub_.shutdown();
 }
@@ -375,7 +389,7 @@ void LinkAwareStream::resolveAndDecide()
 /// connection cannot carry what the stream makes (bytes in flight on a long round trip do not
 /// count: those are latency, not a lack of capacity). A backlog above max_backlog_ms of stream
 /// lowers that subscriber's cap (nextObservedCap); every path is watched, direct included.
-void LinkAwareStream::observeDelivery()
+bool LinkAwareStream::readBacklogs(std::map<std::string, uint32_t>* out)
 {
   // This process's own getBusInfo (the XML-RPC call rosnode info makes), answered by roscpp's
   // XML-RPC thread: connection id, subscriber caller id, direction, transport, topic, connected,
@@ -390,10 +404,10 @@ void LinkAwareStream::observeDelivery()
       result[2].getType() != XmlRpc::XmlRpcValue::TypeArray)
   {
     ROS_WARN_THROTTLE(30.0, "%s: getBusInfo on this node failed: delivery is not observed", topic_.c_str());
-    return;
+    return false;
   }
   XmlRpc::XmlRpcValue& info = result[2];
-  std::map<std::string, uint32_t> backlog;
+  std::map<std::string, uint32_t>& backlog = *out;
   for (int i = 0; i < info.size(); ++i)
   {
     XmlRpc::XmlRpcValue& c = info[i];
@@ -410,6 +424,14 @@ void LinkAwareStream::observeDelivery()
       b = std::max(b, static_cast<uint32_t>(outq));
     }
   }
+  return true;
+}
+
+void LinkAwareStream::observeDelivery()
+{
+  std::map<std::string, uint32_t> backlog;
+  if (!readBacklogs(&backlog))
+    return;
   std::lock_guard<std::mutex> lock(mutex_);
   const double out_kbps = last_bitrate_kbps_;
   bool backed_up = false;
@@ -430,8 +452,61 @@ void LinkAwareStream::observeDelivery()
   if (options_.format == "h264")
   {
     if (backed_up_ && !backed_up)
-      keyframe_wanted_ = true;  // a subscriber whose ROS queue overflowed meanwhile resumes at once
+      resumeLocked();
     backed_up_ = backed_up;
+  }
+}
+
+/// h264 while frames are skipped: re-reads the backlogs every kRecheckS and resumes encoding as soon
+/// as every connection holds less than half of max_backlog_ms at the encoder's target bitrate,
+/// instead of waiting for the next state period (a skip used to last at least one period, 1 s).
+void LinkAwareStream::onRecheck(const ros::WallTimerEvent&)
+{
+  try
+  {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (!backed_up_ || stopping_)
+        return;
+    }
+    std::map<std::string, uint32_t> backlog;
+    if (!readBacklogs(&backlog))
+      return;
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!backed_up_)
+      return;
+    const double kbps = policy_.videoBitrateKbps();
+    uint32_t worst = 0;
+    for (const auto& kv : subs_)
+    {
+      auto b = backlog.find(kv.first);
+      const uint32_t bytes = b == backlog.end() ? 0 : b->second;
+      kv.second->backlog_bytes = bytes;
+      worst = std::max(worst, bytes);
+    }
+    if (worst * 8.0 / kbps < options_.max_backlog_ms / 2.0)
+    {
+      backed_up_ = false;
+      resumeLocked();
+    }
+  }
+  catch (const std::exception& e)
+  {
+    ROS_ERROR_THROTTLE(10.0, "%s: backlog re-check failed: %s", topic_.c_str(), e.what());
+  }
+}
+
+/// Encoding resumes after a skip (mutex_ held). Frames were skipped, not dropped, so every decoder's
+/// reference chain is whole unless roscpp's queue for a subscriber overflowed meanwhile; a keyframe
+/// repairs that one at once instead of at the next GOP. Forced keyframes are rate-limited
+/// (kMinForcedKeyframeS): each costs several frames' worth of bytes on the link that just backed up.
+void LinkAwareStream::resumeLocked()
+{
+  const ros::WallTime now = ros::WallTime::now();
+  if (last_forced_keyframe_.isZero() || (now - last_forced_keyframe_).toSec() >= kMinForcedKeyframeS)
+  {
+    keyframe_wanted_ = true;
+    last_forced_keyframe_ = now;
   }
 }
 
@@ -495,7 +570,8 @@ void LinkAwareStream::publishState()
       s.backlog_bytes = it == subs_.end() ? 0 : it->second->backlog_bytes;
       s.quality = st.quality;
       s.codec = options_.format;
-      s.codec_reason = h264 ? "subscribed to the link_aware_h264 transport (" + topic_ + ")" :
+      s.codec_reason = h264 ? "subscribed to the link_aware_h264 transport (" + topic_ +
+                                  "); H.264 budgets video_budget_kbps_<path>" :
                               "subscribed to " + topic_ + " (JPEG/PNG: every viewer decodes it)";
       s.rate_hz = d.rate_hz;
       s.bitrate_kbps = last_bitrate_kbps_;

@@ -142,6 +142,9 @@ private:
   void ensurePeers();
   void resolveAndDecide();
   void observeDelivery();
+  bool readBacklogs(std::map<std::string, uint32_t>* backlog);
+  void onRecheck(const ros::WallTimerEvent&);
+  void resumeLocked();
   void publishState();
 
   // configuration (set in the constructor, read-only afterwards)
@@ -156,6 +159,7 @@ private:
   ros::Publisher state_pub_;
   ros::Subscriber peers_sub_;
   ros::WallTimer timer_;
+  ros::WallTimer recheck_timer_;  ///< h264: backlog re-checks while frames are skipped
   ros::WallTime next_discovery_, peers_subscribed_at_;
   bool warned_no_overlay_ = false, warned_silent_peers_ = false;
   std::vector<std::string> other_topics_;
@@ -174,6 +178,7 @@ private:
   std::vector<std::string> state_other_topics_;
   double next_due_ = 0.0;
   bool backed_up_ = false;  ///< h264: a subscriber's connection is backed up: frames are skipped
+  ros::WallTime last_forced_keyframe_;  ///< h264: last keyframe forced when a skip ended
   uint32_t window_keyframes_ = 0, window_skipped_ = 0, last_keyframes_ = 0, last_skipped_ = 0;
   ros::WallTime window_start_;
   uint64_t window_in_ = 0, window_out_ = 0, window_bytes_ = 0;

@@ -31,6 +31,17 @@ const char* const kOffline = "offline";      ///< the control server says the pe
 const char* const kUnknown = "unknown";      ///< subscriber's machine not resolved (yet)
 }  // namespace paths
 
+/// Per-path budgets of an H.264 stream (kbit/s), the defaults of the `video_budget_kbps_<path>`
+/// parameters: H.264 needs about a tenth of JPEG's bitrate for the same picture, so it gets its own
+/// budgets instead of JPEG's. derp (and idle, unknown, offline) 2400: with video_share 0.8 the
+/// encoder targets 1920 kbit/s, over 40 dB PSNR on a real 640x480 scene and under 2 Mbit/s with
+/// x264's overshoot; peer-relay 4000; direct and local none (max_video_kbps).
+inline std::map<std::string, double> defaultVideoBudgetsKbps()
+{
+  return { { paths::kDerp, 2400.0 },    { paths::kPeerRelay, 4000.0 }, { paths::kIdle, 2400.0 },
+           { paths::kUnknown, 2400.0 }, { paths::kOffline, 2400.0 } };
+}
+
 /// Limits and per-path budgets, from the nodelet's ~params. Rates in Hz, bitrates in kbit/s.
 struct PolicyParams
 {
@@ -80,8 +91,8 @@ struct Decision
 /// `backlog_bytes`: bytes its TCP connection has not sent yet; `out_kbps`: what the stream sent
 /// over the period; `path_budget_kbps`: its path's budget (inf = none). A backlog above
 /// `max_backlog_ms` of stream sets the cap to 70 % of out_kbps (or keeps a lower one); a backlog
-/// below a quarter of that raises a cap by 15 %, dropping it once it exceeds the path budget or
-/// 4 x out_kbps. No stream (out_kbps <= 0): the cap stays as it is.
+/// below a quarter of that raises a cap by 15 % (by 50 % when nothing was unsent in this check and
+/// the one before), dropping it once it exceeds the path budget or 4 x out_kbps. No stream (out_kbps <= 0): the cap stays as it is.
 /// `prev_backlog_bytes`: the backlog one period earlier. A backlog above a quarter of
 /// `max_backlog_ms` in two periods in a row (a queue that does not drain: the link is full at this
 /// bitrate, however short the backlog is in ms of a fast stream) counts as backed up too.

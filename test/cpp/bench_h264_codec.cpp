@@ -4,10 +4,12 @@
 //
 //   rosrun overlay_manager bench_h264_codec [--video PATH] [--frames N] [--fps 30]
 //       [--bitrates 800,1500,3000] [--preset ultrafast] [--tune zerolatency] [--gop 30] [--realtime]
+//       [--encoding rgb8|bgr8] [--vbv 0.25]
 //
 // --realtime paces the frames at --fps (cold caches between frames, like a camera); without it the
 // frames go back to back. CPU time is the encoding thread's (CLOCK_THREAD_CPUTIME_ID) around
-// encode(), which includes the bgr8 -> YUV 4:2:0 conversion; "% core" = CPU time per frame x fps.
+// encode(), which includes the conversion from --encoding (bgr8 default; rgb8 is what most cameras and
+// the lab's camera send) to YUV 4:2:0; "% core" = CPU time per frame x fps.
 #include "overlay_manager/h264_codec.h"
 
 #include <opencv2/core.hpp>
@@ -46,7 +48,7 @@ int usage(const char* why)
 {
   std::fprintf(stderr,
                "bench_h264_codec: %s\nusage: bench_h264_codec [--video PATH] [--frames N] [--fps F] "
-               "[--bitrates K1,K2,..] [--preset P] [--tune T] [--gop N] [--realtime]\n",
+               "[--bitrates K1,K2,..] [--preset P] [--tune T] [--gop N] [--realtime] [--encoding rgb8|bgr8] [--vbv S]\n",
                why);
   return 2;
 }
@@ -62,6 +64,7 @@ int main(int argc, char** argv)
   base.width = 640;
   base.height = 480;
   bool realtime = false;
+  std::string encoding = "bgr8";
   for (int i = 1; i < argc; ++i)
   {
     const std::string a = argv[i];
@@ -78,6 +81,10 @@ int main(int argc, char** argv)
       base.tune = next();
     else if (a == "--gop")
       base.gop = std::atoi(next().c_str());
+    else if (a == "--vbv")
+      base.vbv_s = std::atof(next().c_str());
+    else if (a == "--encoding")
+      encoding = next();
     else if (a == "--realtime")
       realtime = true;
     else if (a == "--bitrates")
@@ -93,6 +100,8 @@ int main(int argc, char** argv)
   }
   if (fps <= 0 || bitrates.empty())
     return usage("--fps must be positive and --bitrates non-empty");
+  if (encoding != "bgr8" && encoding != "rgb8")
+    return usage("--encoding must be rgb8 or bgr8");
   base.fps = fps;
 
   std::vector<cv::Mat> frames;
@@ -104,6 +113,16 @@ int main(int argc, char** argv)
     cv::resize(raw, scaled, cv::Size(base.width, base.height), 0, 0, cv::INTER_AREA);
     frames.push_back(scaled);
   }
+  std::vector<cv::Mat> inputs;  // what the encoder gets, in --encoding (frames stay bgr8: the reference)
+  for (const cv::Mat& m : frames)
+  {
+    cv::Mat in;
+    if (encoding == "rgb8")
+      cv::cvtColor(m, in, cv::COLOR_BGR2RGB);
+    else
+      in = m;
+    inputs.push_back(in);
+  }
   if (frames.empty())
   {
     std::fprintf(stderr, "bench_h264_codec: cannot read frames from %s (install opencv-doc or pass --video)\n",
@@ -111,9 +130,9 @@ int main(int argc, char** argv)
     return 1;
   }
   std::printf("video %s: %zu frames scaled to %dx%d, played at %.0f Hz%s; preset %s, tune %s, gop %d, "
-              "threads %d\n",
+              "threads %d, input %s, VBV %.2f s\n",
               video.c_str(), frames.size(), base.width, base.height, fps, realtime ? " (paced)" : " (back to back)",
-              base.preset.c_str(), base.tune.c_str(), base.gop, base.threads);
+              base.preset.c_str(), base.tune.c_str(), base.gop, base.threads, encoding.c_str(), base.vbv_s);
   std::printf("| target kbit/s | produced kbit/s | PSNR RGB mean / worst (dB) | PSNR Y mean (dB) | "
               "encode ms/frame (mean / p95 wall) | encode CPU ms/frame | %% of one core | decode ms/frame |\n");
   std::printf("|---|---|---|---|---|---|---|---|\n");
@@ -144,7 +163,7 @@ int main(int argc, char** argv)
       overlay_manager::Packet pkt;
       const double c0 = threadCpuSeconds();
       const auto w0 = std::chrono::steady_clock::now();
-      if (!enc.encode(frames[i].data, static_cast<int>(frames[i].step), "bgr8", static_cast<int64_t>(i), &pkt, &err))
+      if (!enc.encode(inputs[i].data, static_cast<int>(inputs[i].step), encoding, static_cast<int64_t>(i), &pkt, &err))
       {
         std::fprintf(stderr, "bench_h264_codec: frame %zu: %s\n", i, err.c_str());
         return 1;

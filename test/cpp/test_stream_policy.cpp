@@ -146,7 +146,10 @@ TEST(ObservedCap, BacklogCapsThenDrainedQueueLiftsIt)
   // between a quarter and the limit: kept
   EXPECT_DOUBLE_EQ(nextObservedCap(cap, 100000, 5600, inf, 200), cap);
   // drained: +15 % a period
-  EXPECT_DOUBLE_EQ(nextObservedCap(cap, 0, 5600, inf, 200), cap * 1.15);
+  EXPECT_DOUBLE_EQ(nextObservedCap(cap, 0, 5600, inf, 200, 10000), cap * 1.15);
+  // drained in two checks in a row: the link has room again, the cap comes back faster
+  EXPECT_DOUBLE_EQ(nextObservedCap(cap, 0, 5600, inf, 200, 0), cap * 1.5);
+  EXPECT_DOUBLE_EQ(nextObservedCap(cap, 5000, 5600, inf, 200, 0), cap * 1.15);
   // no cap and no backlog: stays without a cap
   EXPECT_TRUE(std::isnan(nextObservedCap(NAN, 0, 8000, inf, 200)));
   // lifted once above the path budget or far above what the stream sends

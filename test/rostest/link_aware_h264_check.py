@@ -33,7 +33,7 @@ H264 = CAM + "/link_aware_h264"
 PEERS = "/robot1/overlay_manager/peers"
 WIDTH, HEIGHT = 640, 480
 MAX_VIDEO_KBPS = 4000.0   # link_aware_h264.test
-DERP_VIDEO_KBPS = 800.0   # 0.8 x budget_kbps_derp 1000
+DERP_VIDEO_KBPS = 800.0   # 0.8 x video_budget_kbps_derp 1000
 
 
 def wait_for(what, predicate, timeout=20.0):

@@ -186,7 +186,8 @@ def render_markdown(data: Dict[str, Any]) -> str:
     """A row per kind and robot; the goal check per kind; the congestion episode."""
     m = data["meta"]
     lines = [f"Fleet camera benchmark {m['date']}: {len(m['robots'])} robots, {m['image']}, each through its own "
-             f"link-aware encoder (budget {m['budget_kbps'] / 1000:g} Mbit/s on derp), all relayed through DERP "
+             f"link-aware encoder (JPEG budget {m['budget_kbps'] / 1000:g} Mbit/s on derp; H.264 its own "
+             f"video_budget_kbps_derp, default 2.4 Mbit/s), all relayed through DERP "
              f"(UDP blocked at the robots' router) over one {m['uplink_mbit']:g} Mbit/s uplink (tbf); one viewer "
              f"on {m['viewer']} for all streams; Twist {m['control_hz']} Hz to each robot at the same time; "
              f"{m['seconds_per_kind']:g} s per kind; {m['cores']} cores, load average {m['load_start']} at the "
