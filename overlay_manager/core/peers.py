@@ -375,7 +375,7 @@ def peer_fingerprint(p: PeerState) -> Tuple[Any, ...]:
             p.derp_region)
 
 
-def same_topology(a: Optional[Snapshot], b: Optional[Snapshot]) -> bool:
+def same_but_measurements(a: Optional[Snapshot], b: Optional[Snapshot]) -> bool:
     """a and b agree on this machine and every peer in everything but measurements (peer_fingerprint).
 
     Cheap for the node's case: peer_rows.PeerRows reuses unchanged PeerState objects, so most

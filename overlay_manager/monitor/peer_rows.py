@@ -33,7 +33,7 @@ from call to call for their result to be reused.
 
 Every per-peer value the node shows is applied here, never by a ``dataclasses.replace`` of
 ``Snapshot.peers`` afterwards: such a copy would be missing from the rows' bytes, and the
-reporting thread's identity tests (peers.same_topology) would compare it field by field.
+reporting thread's identity tests (peers.same_but_measurements) would compare it field by field.
 """
 
 from __future__ import annotations

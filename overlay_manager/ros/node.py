@@ -62,7 +62,7 @@ from typing import Any, Deque, Dict, List, Optional, Tuple
 import rospy
 from diagnostic_msgs.msg import DiagnosticArray
 
-from overlay_manager.core.peers import PathChangeEvent, Snapshot, same_topology
+from overlay_manager.core.peers import PathChangeEvent, Snapshot, same_but_measurements
 from overlay_manager.monitor.overlay_monitor import OverlayMonitor
 from overlay_manager.monitor.readings import ERROR, STATUS_TIMEOUT_S, Freshness, Reading
 from overlay_manager.msg import OverlayStatus, PathChange, PeerList, PreflightCheck
@@ -296,7 +296,7 @@ class OverlayNode:
         health = [self.reporter.health(mono)] + [w.health(mono) for w in self.workers]
         last = self._last_peers
         peers_changed = (last is None or last[1] != fresh.stale
-                         or not same_topology(last[0], reading.snapshot))
+                         or not same_but_measurements(last[0], reading.snapshot))
         if periodic or peers_changed:
             self._last_peers = (reading.snapshot, fresh.stale)
             self._publish(self.pub_peers, self.peer_list_msg(reading, fresh, now), "~peers")

@@ -1,7 +1,7 @@
 """The overlay node's topic-link map: ~topic_links (latched) and ~get_topic_links (ROS side).
 
 The map itself is built by ``graph_reader.TopicMapper`` (XML-RPC with bounded timeouts) and
-``topology`` (pure). This class only owns the publisher and the service and runs one build per
+``core.topic_links`` (pure). This class only owns the publisher and the service and runs one build per
 cycle on the thread that calls ``cycle`` (the node's overlay-topics worker). Nothing here holds a
 lock that publishing ~peers/~status needs; the service handler builds on a rospy service thread.
 
@@ -28,7 +28,7 @@ XMLRPC_TIMEOUT_S = 1.0
 
 
 def link_msg(link: Link) -> TopicLink:
-    """topology.TopicLink -> overlay_manager/TopicLink."""
+    """core.topic_links.TopicLink -> overlay_manager/TopicLink."""
     return TopicLink(topic=link.topic, type=link.type, publisher_node=link.publisher_node,
                      publisher_host=link.publisher_host, subscriber_node=link.subscriber_node,
                      subscriber_host=link.subscriber_host, local=link.local, path=link.path,

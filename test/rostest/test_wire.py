@@ -10,7 +10,7 @@ from genpy import SerializationError
 from rospy.msg import serialize_message
 
 from overlay_manager.core.levels import Level
-from overlay_manager.core.peers import PeerState, same_topology
+from overlay_manager.core.peers import PeerState, same_but_measurements
 from overlay_manager.monitor.peer_rows import PeerRows, plain_rows
 from overlay_manager.msg import Peer, PeerList
 from overlay_manager.ros import wire
@@ -127,13 +127,13 @@ def test_report_messages_reuse_unchanged_peers_and_diagnostics(monkeypatch):
         assert pl2.peers[0] is pl1.peers[0]
         peer_entries = [s for s in d2.status if ": peer " in s.name]
         assert peer_entries and peer_entries[0] is next(s for s in d1.status if s.name == peer_entries[0].name)
-        assert same_topology(first, m.reading.snapshot)
+        assert same_but_measurements(first, m.reading.snapshot)
         next(iter(fake.status["Peer"].values()))["CurAddr"] = ""   # the path changes to derp
         m.poll()
         pl3 = rm.peer_list(m.reading, m.freshness(), rospy.Time(3))
         d3 = rm.diagnostics(rospy.Time(3), m.diagnostic_parts(), [], [])
         assert pl3.peers[0] is not pl1.peers[0] and pl3.peers[0].path == "derp"
-        assert not same_topology(first, m.reading.snapshot)
+        assert not same_but_measurements(first, m.reading.snapshot)
         assert any(s.level == Level.WARN and "DERP" in s.message for s in d3.status)
         for built, stock in ((pl3, PeerList(header=pl3.header, stale=pl3.stale, self_peer=pl3.self_peer,
                                             peers=list(pl3.peers))),

@@ -56,20 +56,21 @@ def test_strings_that_are_not_utf8_are_replaced():
     peer.tags[0].encode("utf-8")
 
 
-def test_same_topology_ignores_counters_and_latency_only():
+def test_same_but_measurements_ignores_counters_and_latency_only():
     a = P.parse_status(recorded("status_direct.json"))
     st = recorded("status_direct.json")
     _peer(st)["RxBytes"] = 10 ** 9
     _peer(st)["LastHandshake"] = "2026-11-22T01:00:00Z"
     b = P.with_latency(P.parse_status(st), {"robotb.fleet.internal": 3.0})
-    assert P.same_topology(a, b) and P.same_topology(b, a)
+    assert P.same_but_measurements(a, b) and P.same_but_measurements(b, a)
     _peer(st)["CurAddr"] = ""
-    assert not P.same_topology(a, P.parse_status(st))
-    assert P.same_topology(None, None) and not P.same_topology(a, None) and not P.same_topology(None, a)
+    assert not P.same_but_measurements(a, P.parse_status(st))
+    assert P.same_but_measurements(None, None)
+    assert not P.same_but_measurements(a, None) and not P.same_but_measurements(None, a)
     fewer = replace(a, peers=a.peers[1:])
-    assert not P.same_topology(a, fewer)
+    assert not P.same_but_measurements(a, fewer)
     renamed = replace(a, self_peer=replace(a.self_peer, name="other"))
-    assert not P.same_topology(a, renamed)
+    assert not P.same_but_measurements(a, renamed)
 
 
 def test_blind_keeps_names_and_drops_paths():
