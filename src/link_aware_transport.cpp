@@ -31,18 +31,29 @@
 namespace overlay_manager
 {
 
-class LinkAwarePublisher : public image_transport::SimplePublisherPlugin<sensor_msgs::CompressedImage>
+/// What the two publishers share: the stream (subscribers, paths, decisions, stream_state) made from
+/// the parameters under the transport's topic, the connect/disconnect callbacks, and one frame at a
+/// time through the encoder. A transport adds its name, its stream format and how it encodes.
+template <class Encoder>
+class LinkAwarePublisherBase : public image_transport::SimplePublisherPlugin<sensor_msgs::CompressedImage>
 {
 public:
-  ~LinkAwarePublisher() override
+  ~LinkAwarePublisherBase() override
   {
     shutdown();       // no more connect callbacks
     stream_.reset();  // then the control thread ends
   }
 
-  std::string getTransportName() const override { return "link_aware"; }
-
 protected:
+  /// The stream format readStreamOptions reads the parameters for ("" = JPEG/PNG, "h264").
+  virtual std::string streamFormat() const = 0;
+
+  /// roscpp's per-subscriber queue for this transport (the caller's by default).
+  virtual uint32_t queueSize(uint32_t requested, const StreamOptions& /*options*/) const { return requested; }
+
+  /// Encodes one frame with encoder_ and publishes it (called with encode_mutex_ held).
+  virtual void encodeAndPublish(const sensor_msgs::Image& message, const PublishFn& publish_fn) const = 0;
+
   void advertiseImpl(ros::NodeHandle& nh, const std::string& base_topic, uint32_t queue_size,
                      const image_transport::SubscriberStatusCallback& user_connect_cb,
                      const image_transport::SubscriberStatusCallback& user_disconnect_cb,
@@ -50,9 +61,10 @@ protected:
   {
     const std::string topic = nh.resolveName(getTopicToAdvertise(base_topic));
     StreamOptions options;
+    options.format = streamFormat().empty() ? options.format : streamFormat();
     try
     {
-      options = readStreamOptions(ros::NodeHandle(topic));
+      options = readStreamOptions(ros::NodeHandle(topic), streamFormat());
     }
     catch (const ParamError& e)
     {
@@ -61,14 +73,14 @@ protected:
     }
     stream_.reset(new LinkAwareStream(nh, topic, nh.resolveName(base_topic), options));
     stream_->start();
-    SimplePublisherPlugin::advertiseImpl(nh, base_topic, queue_size, user_connect_cb, user_disconnect_cb,
-                                         tracked_object, latch);
+    SimplePublisherPlugin::advertiseImpl(nh, base_topic, queueSize(queue_size, options), user_connect_cb,
+                                         user_disconnect_cb, tracked_object, latch);
   }
 
   void connectCallback(const ros::SingleSubscriberPublisher& pub) override
   {
     if (stream_)
-      stream_->subscriberConnected(pub.getSubscriberName());
+      stream_->subscriberConnected(pub.getSubscriberName());  // H.264: also asks for a keyframe
   }
 
   void disconnectCallback(const ros::SingleSubscriberPublisher& pub) override
@@ -82,6 +94,25 @@ protected:
     if (!stream_)
       return;
     std::lock_guard<std::mutex> lock(encode_mutex_);
+    encodeAndPublish(message, publish_fn);
+  }
+
+  std::unique_ptr<LinkAwareStream> stream_;
+  mutable std::mutex encode_mutex_;  ///< one frame at a time through encoder_
+  mutable Encoder encoder_;
+};
+
+/// The link_aware (JPEG) publisher.
+class LinkAwarePublisher : public LinkAwarePublisherBase<ImageEncoder>
+{
+public:
+  std::string getTransportName() const override { return "link_aware"; }
+
+protected:
+  std::string streamFormat() const override { return ""; }
+
+  void encodeAndPublish(const sensor_msgs::Image& message, const PublishFn& publish_fn) const override
+  {
     int quality = 0;
     double encode_ms = 0.0;
     sensor_msgs::CompressedImagePtr out = stream_->encode(message, encoder_, &quality, &encode_ms);
@@ -90,69 +121,27 @@ protected:
     publish_fn(*out);
     stream_->frameSent(out->data.size(), quality, encode_ms, out->format);
   }
-
-private:
-  std::unique_ptr<LinkAwareStream> stream_;
-  mutable std::mutex encode_mutex_;  ///< one frame at a time through encoder_
-  mutable ImageEncoder encoder_;
 };
 
 /// The link_aware_h264 publisher.
-class LinkAwareH264Publisher : public image_transport::SimplePublisherPlugin<sensor_msgs::CompressedImage>
+class LinkAwareH264Publisher : public LinkAwarePublisherBase<H264Encoder>
 {
 public:
-  ~LinkAwareH264Publisher() override
-  {
-    shutdown();
-    stream_.reset();
-  }
-
   std::string getTransportName() const override { return "link_aware_h264"; }
 
 protected:
-  void advertiseImpl(ros::NodeHandle& nh, const std::string& base_topic, uint32_t queue_size,
-                     const image_transport::SubscriberStatusCallback& user_connect_cb,
-                     const image_transport::SubscriberStatusCallback& user_disconnect_cb,
-                     const ros::VoidPtr& tracked_object, bool latch) override
+  std::string streamFormat() const override { return "h264"; }
+
+  uint32_t queueSize(uint32_t requested, const StreamOptions& options) const override
   {
-    const std::string topic = nh.resolveName(getTopicToAdvertise(base_topic));
-    StreamOptions options;
-    options.format = "h264";
-    try
-    {
-      options = readStreamOptions(ros::NodeHandle(topic), "h264");
-    }
-    catch (const ParamError& e)
-    {
-      ROS_ERROR("%s; %s uses the default settings until this is fixed", e.what(), topic.c_str());
-    }
-    stream_.reset(new LinkAwareStream(nh, topic, nh.resolveName(base_topic), options));
-    stream_->start();
     // roscpp drops the oldest message of a full per-subscriber queue, which would break the
     // decoder's reference chain: a queue of a second of video absorbs bursts, and the stream stops
     // encoding (decodably) long before it fills (max_backlog_ms of unsent bytes)
-    const uint32_t queue = std::max<uint32_t>(queue_size, static_cast<uint32_t>(options.policy.max_rate_hz) + 1);
-    SimplePublisherPlugin::advertiseImpl(nh, base_topic, queue, user_connect_cb, user_disconnect_cb, tracked_object,
-                                         latch);
+    return std::max<uint32_t>(requested, static_cast<uint32_t>(options.policy.max_rate_hz) + 1);
   }
 
-  void connectCallback(const ros::SingleSubscriberPublisher& pub) override
+  void encodeAndPublish(const sensor_msgs::Image& message, const PublishFn& publish_fn) const override
   {
-    if (stream_)
-      stream_->subscriberConnected(pub.getSubscriberName());  // also asks for a keyframe
-  }
-
-  void disconnectCallback(const ros::SingleSubscriberPublisher& pub) override
-  {
-    if (stream_)
-      stream_->subscriberDisconnected(pub.getSubscriberName());
-  }
-
-  void publish(const sensor_msgs::Image& message, const PublishFn& publish_fn) const override
-  {
-    if (!stream_)
-      return;
-    std::lock_guard<std::mutex> lock(encode_mutex_);
     bool keyframe = false;
     double encode_ms = 0.0;
     sensor_msgs::CompressedImagePtr out = stream_->encodeH264(message, encoder_, &keyframe, &encode_ms);
@@ -161,11 +150,6 @@ protected:
     publish_fn(*out);
     stream_->frameSent(out->data.size(), 0, encode_ms, out->format, keyframe);
   }
-
-private:
-  std::unique_ptr<LinkAwareStream> stream_;
-  mutable std::mutex encode_mutex_;  ///< one frame at a time through encoder_
-  mutable H264Encoder encoder_;
 };
 
 /// Decodes <image>/link_aware_h264 to sensor_msgs/Image (bgr8). Frames before the first keyframe

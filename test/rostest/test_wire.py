@@ -9,6 +9,7 @@ from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 from genpy import SerializationError
 from rospy.msg import serialize_message
 
+from overlay_manager.core.identity import peer_key
 from overlay_manager.core.levels import Level
 from overlay_manager.core.peers import PeerState, same_but_measurements
 from overlay_manager.monitor.peer_rows import PeerRows, plain_rows
@@ -93,11 +94,11 @@ def test_peer_rows_keep_their_bytes_while_unchanged_and_rebuild_them_with_genpy_
     assert b1 == _plain_bytes(peer_msg(r1.state))
     (r2,) = stage.update(st["Peer"], {}, {})
     assert r2 is r1 and r2.peer_wire(peer_wire)[1] is b1 and r2.peer_wire(peer_wire)[0] is m1
-    (r3,) = stage.update(st["Peer"], {}, {r1.state.dns_name: 4.5})          # latency measured
+    (r3,) = stage.update(st["Peer"], {}, {peer_key(r1.state): 4.5})          # latency measured
     m3, b3 = r3.peer_wire(peer_wire)
     assert r3 is not r1 and m3.latency_ms == 4.5 and b3 != b1 and b3 == _plain_bytes(peer_msg(r3.state))
     st["Peer"][key] = dict(st["Peer"][key], CurAddr="")                     # direct -> derp
-    (r4,) = stage.update(st["Peer"], {}, {r1.state.dns_name: 4.5})
+    (r4,) = stage.update(st["Peer"], {}, {peer_key(r1.state): 4.5})
     m4, b4 = r4.peer_wire(peer_wire)
     assert m4.path == "derp" and b4 != b3 and b4 == _plain_bytes(peer_msg(r4.state))
 
