@@ -30,10 +30,10 @@ identifier of the relay session).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any, Dict, Iterable, List, Mapping, MutableMapping, Optional, Tuple
 
-from overlay_manager.core.validation import parse_rfc3339
+from overlay_manager.core.rfc3339 import parse_rfc3339
 
 PATH_UNKNOWN = "unknown"
 PATH_IDLE = "idle"
@@ -104,7 +104,6 @@ class Snapshot:
     magic_dns_suffix: str = ""
     control_reachable: bool = False        # Self.Online: in the control server's map poll
     version: str = ""
-    derp_regions: Mapping[int, str] = field(default_factory=dict)  # region id -> code
     malformed: Tuple[str, ...] = ()        # status-level fields with a wrong type ("" = none)
 
     def find(self, query: str) -> Optional[PeerState]:

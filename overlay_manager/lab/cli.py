@@ -24,9 +24,10 @@ import sys
 from typing import Optional, Sequence
 
 from overlay_manager.core.validation import ConfigError
-from overlay_manager.lab.campus.core import Lab, down_all, leftover_runs, teardown_run
+from overlay_manager.lab.campus.core import Lab
 from overlay_manager.lab.campus.errors import LabError
-from overlay_manager.lab.campus.spec import Impairment
+from overlay_manager.lab.campus.spec_model import Impairment
+from overlay_manager.lab.campus.teardown import down_all, leftover_runs, teardown_run
 
 
 def _parser() -> argparse.ArgumentParser:

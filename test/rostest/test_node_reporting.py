@@ -11,6 +11,7 @@ from overlay_manager.core.config import apply_overrides, load_robot_config
 from overlay_manager.core.peers import PeerState
 from overlay_manager.monitor.overlay_monitor import OverlayMonitor
 from overlay_manager.ros import node as N
+from overlay_manager.ros.messages import peer_msg, status_key
 from overlay_manager.system.workers import Worker
 from overlay_manager.tailscaled.localapi import LocalAPI
 from overlay_manager.testing.tsfake import FakeTailscaled
@@ -137,7 +138,7 @@ def test_unserializable_message_is_reported_not_fatal(rig):
 def test_peer_msg_clamps_what_does_not_fit():
     p = PeerState("x", "x.fleet.internal", ("100.64.0.9",), True, True, "direct", rx_bytes=2 ** 70,
                   tx_bytes=-4, last_handshake=1e300, last_seen=float("nan"))
-    m = N.peer_msg(p)
+    m = peer_msg(p)
     import io
     m.serialize(io.BytesIO())
     assert m.rx_bytes == 2 ** 64 - 1 and m.tx_bytes == 0 and m.last_handshake.to_sec() == 0
@@ -148,9 +149,9 @@ def test_status_key_ignores_stamp_and_age_only():
     a.status_age, b.status_age = math.nan, 12.5
     b.header.stamp = rospy.Time(100)
     a.nat.preferred_derp_latency_ms = b.nat.preferred_derp_latency_ms = math.nan
-    assert N.status_key(a) == N.status_key(b)
+    assert status_key(a) == status_key(b)
     b.stale = True
-    assert N.status_key(a) != N.status_key(b)
+    assert status_key(a) != status_key(b)
 
 
 def test_relay_port_out_of_range_does_not_stop_status(rig):

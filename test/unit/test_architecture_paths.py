@@ -11,8 +11,8 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 DOC = ROOT / "docs" / "ARCHITECTURE.md"
 # where a bare or partial name is looked up, in order (the doc names modules the short way)
-BASES = ["", "overlay_manager", "docs", "src", "include/overlay_manager", "test", "test/unit", "test/system", "test/rostest",
-         "test/integration", "test/cpp", "test/gui", "config", "config/systemd", "launch", "scripts",
+BASES = ["", "overlay_manager", "docs", "src", "include/overlay_manager", "test", "test/unit", "test/system",
+         "test/rostest", "test/integration", "test/cpp", "test/gui", "config", "config/systemd", "launch", "scripts",
          "overlay_msgs/msg", "overlay_msgs/srv"]
 FILE = re.compile(r"^[\w./-]+\.(py|cpp|h|md|launch|yaml|test|xml|msg|srv|service|in|conf|ui|txt|rst)$")
 

@@ -81,9 +81,10 @@ from overlay_manager.lab.bench.paths import (
 )
 from overlay_manager.lab.bench.report import plot, render_markdown, replot, write_report
 from overlay_manager.lab.campus import robots
-from overlay_manager.lab.campus.core import REPO_ROOT, Lab
+from overlay_manager.lab.campus.core import Lab
 from overlay_manager.lab.campus.errors import LabError
-from overlay_manager.lab.campus.spec import Impairment
+from overlay_manager.lab.campus.layout import REPO_ROOT
+from overlay_manager.lab.campus.spec_model import Impairment
 from overlay_manager.lab.campus.system import wait_for
 
 

@@ -34,9 +34,11 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple
 
-from overlay_manager.lab.campus.core import REPO_ROOT, Lab, PingResult
+from overlay_manager.lab.campus.core import Lab
 from overlay_manager.lab.campus.errors import LabError
+from overlay_manager.lab.campus.layout import REPO_ROOT
 from overlay_manager.lab.campus.relays import enable_relays
+from overlay_manager.lab.campus.tailscaled import PingResult
 from overlay_manager.lab.matrix.model import (
     KINDS,
     NOTES,
