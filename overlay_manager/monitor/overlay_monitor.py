@@ -66,7 +66,7 @@ from overlay_manager.monitor.readings import (
     WaitResult,
 )
 from overlay_manager.system import firewall, iperf, probes, sockets
-from overlay_manager.system.hosts import ManagedHosts
+from overlay_manager.system.hosts import Entry, wanted_entries
 from overlay_manager.system.workers import describe
 from overlay_manager.tailscaled.derper import DerperState, read_derper
 from overlay_manager.tailscaled.localapi import LocalAPI, TailscaledNotRunning, TailscaleError, netcheck
@@ -96,7 +96,7 @@ class OverlayMonitor:
         self._poll_started: Optional[float] = None  # monotonic s when the read in progress began
         self.nat = NatInfo()
         self.checks: List[Check] = []
-        self.hosts_error: str = ""
+        self.hosts_error: str = ""  # why the last write of the hosts block failed ("" = none); set by the node
         self.enrol_error: str = ""  # why the last enrolment attempt failed ("" = none); set by the node
         self._latency: Dict[str, float] = {}     # key: dns_name or name -> ms
         self._lock = threading.Lock()
@@ -106,7 +106,6 @@ class OverlayMonitor:
         self._names_by_id: Dict[int, str] = {}
         # this machine's derper as last read (overlay-derper thread; one assignment)
         self.derper_state = DerperState(error="not read yet") if cfg.derper else DerperState()
-        self._hosts = ManagedHosts(cfg.node.hosts_file)  # the poll thread's (node.manage_hosts)
         self._pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="overlay-ping")
         self._pings: Set[Future] = set()          # in-flight ping_watched futures (cancelled by close)
         # this machine's peer relay server as last read (overlay-relay thread; one assignment)
@@ -159,8 +158,6 @@ class OverlayMonitor:
                     self._latency.pop(self._key(ev.peer), None)
             snap = with_latency(snap, self._latency)
         self.reading = Reading(snap, "", False, self.clock(), time.time())
-        if self.cfg.node.manage_hosts:
-            self._update_hosts(snap)
         return changes
 
     def _note_malformed(self, snap: Snapshot) -> None:
@@ -207,9 +204,16 @@ class OverlayMonitor:
     def _key(p: PeerState) -> str:
         return p.dns_name or p.name
 
-    def _update_hosts(self, snap: Snapshot) -> None:
-        if snap.backend_state == "Running":  # starting or logged out: no peers; keep the last block
-            self.hosts_error = self._hosts.update(snap.self_peer, self.cfg.fqdn, snap.peers)
+    def hosts_entries(self, reading: Optional[Reading] = None) -> Optional[List[Entry]]:
+        """The managed hosts block's entries for a reading (default: the presented one; split
+        horizon, system/hosts.py ``wanted_entries``), or None when the block is to stay as it is:
+        node.manage_hosts off, the read failed or tailscaled is not Running (starting or logged
+        out: it lists no peers). Pure: the node writes the file (its overlay-hosts thread)."""
+        r = self.reading if reading is None else reading
+        snap = r.snapshot
+        if not self.cfg.node.manage_hosts or r.error or snap is None or snap.backend_state != "Running":
+            return None
+        return wanted_entries(snap.self_peer, self.cfg.fqdn, snap.peers)
 
     def ros_env(self) -> RosEnv:
         """ROS env in overlay names (uses tailscaled's own name and address for this machine when

@@ -23,7 +23,8 @@ tailscaled, the ROS master or the log.
 
 | thread | runs | may block on |
 |---|---|---|
-| overlay-poll | ``m.poll`` every 1/poll_rate s; queues path changes, logs | LocalAPI (STATUS_TIMEOUT_S), hosts file |
+| overlay-poll | ``m.poll`` every 1/poll_rate s; queues path changes, logs | LocalAPI (STATUS_TIMEOUT_S) |
+| overlay-hosts | after each read (manage_hosts): ``m.hosts_entries`` -> hosts file, ``m.hosts_error`` | hosts file |
 | overlay-report | what changed at once, all at publish_rate; watchdog; sleeps to a deadline | nothing (publish) |
 | overlay-ping | ``ping_watched`` every ping_interval s (its pool: overlay-ping_N) | LocalAPI ping (bounded) |
 | overlay-netcheck | ``refresh_nat`` every netcheck_interval s | `tailscale netcheck` (bounded, dies with us) |
@@ -85,6 +86,7 @@ from overlay_manager.srv import (
     WaitForPeerResponse,
 )
 from overlay_manager.system import children
+from overlay_manager.system.hosts import ManagedHosts
 from overlay_manager.system.iperf import iperf_server_argv
 from overlay_manager.system.workers import ERROR as LOG_ERROR
 from overlay_manager.system.workers import INFO, WARN, LogQueue, Worker, WorkerHealth, describe
@@ -97,6 +99,9 @@ DERPER_INTERVAL_S = 5.0
 """Seconds between reads of this machine's derper counters (derper hosts only)."""
 ROSBRIDGE_INTERVAL_S = 10.0
 """Seconds between reads of who can reach rosbridge's port (node.rosbridge_port > 0)."""
+HOSTS_STUCK_S = 30.0
+"""Seconds a write of the hosts file may take before overlay-hosts is reported stuck (it waits for
+the file's flock while ``overlay_env --write-hosts`` holds it)."""
 REPORT_TICK_S = 0.25
 """Longest sleep of the reporting thread between checks. Every finished read, path change,
 relay and NAT check wakes it at once, and it wakes itself when a read in progress turns into a
@@ -151,6 +156,13 @@ class OverlayNode:
         self.poller = Worker("overlay-poll", self._poll_cycle, 1.0 / n.poll_rate, STATUS_TIMEOUT_S + 5.0,
                              log, start=False)
         self.workers: List[Worker] = [self.poller]
+        self.hosts: Optional[Worker] = None
+        if n.manage_hosts:
+            self._hosts = ManagedHosts(n.hosts_file)       # overlay-hosts only
+            self._hosts_read: Optional[Reading] = None     # overlay-hosts only: the reading last written
+            self.hosts = Worker("overlay-hosts", self._hosts_cycle, 1.0 / n.poll_rate, HOSTS_STUCK_S, log,
+                                start=False)
+            self.workers.append(self.hosts)
         if n.ping_interval > 0:
             self.workers.append(Worker("overlay-ping", self._ping_cycle, n.ping_interval, 60.0, log,
                                        start=False))
@@ -235,11 +247,27 @@ class OverlayNode:
             self.log(LOG_ERROR if error else INFO,
                      f"overlay_manager: {error}" if error else "overlay_manager: tailscaled answers again")
             self._logged_error = error
+        if self.hosts is not None:
+            self.hosts.wake()
         self.reporter.wake()
         rh = self.reporter.health()
         if rh.level == ERROR and rh.message != self._reporter_fault:
             self.log(LOG_ERROR, f"overlay_manager: {rh.message}: ~status and /diagnostics are not updated")
         self._reporter_fault = rh.message if rh.level == ERROR else ""
+
+    def _hosts_cycle(self) -> None:
+        """overlay-hosts: keep the managed block of the hosts file in step with the last read (the
+        monitor computes the entries); a failure is reported as hosts_error on /diagnostics."""
+        reading = self.m.reading
+        if reading is self._hosts_read:
+            return
+        self._hosts_read = reading
+        entries = self.m.hosts_entries(reading)
+        if entries is not None:
+            error = self._hosts.write(entries)
+            if error != self.m.hosts_error:
+                self.m.hosts_error = error
+                self.reporter.wake()
 
     def _ping_cycle(self) -> None:
         self.m.ping_watched(timeout_s=min(3.0, self.cfg.node.ping_interval))

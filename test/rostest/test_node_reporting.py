@@ -36,13 +36,14 @@ class FakePub:
 
 
 @pytest.fixture
-def rig(monkeypatch, tmp_path):
+def rig(request, monkeypatch, tmp_path):
+    """(fake tailscaled, node with start=False); node settings from the test's indirect parameter."""
     monkeypatch.setattr(N.rospy, "Publisher", FakePub)
     monkeypatch.setattr(N.rospy, "Service", lambda *a, **k: None)
     monkeypatch.setattr(N.rospy.Time, "now", staticmethod(lambda: rospy.Time.from_sec(time.time())))
     fake = FakeTailscaled()
-    cfg = apply_overrides(load_robot_config(EXAMPLE), {"hosts_file": str(tmp_path / "hosts"),
-                                                       "iperf_server": False}, "test")
+    cfg = apply_overrides(load_robot_config(EXAMPLE), {"hosts_file": str(tmp_path / "hosts"), "iperf_server": False,
+                                                       **getattr(request, "param", {})}, "test")
     logged = []
     m = OverlayMonitor(cfg, LocalAPI(fake.socket_path), env={})
     n = N.OverlayNode(m, lambda level, text: logged.append((level, text)), start=False)
@@ -116,6 +117,31 @@ def test_a_failing_thread_is_a_fault_in_status_and_diagnostics(rig):
                          "OverflowError: cannot convert float infinity to integer"]
     (threads,) = (s for s in out["/diagnostics"][0].status if s.name.endswith("node threads"))
     assert threads.level == 1 and "overlay-test" in threads.message
+
+
+@pytest.mark.parametrize("rig", [{"manage_hosts": True}], indirect=True)
+def test_hosts_block_written_after_a_read_failure_on_diagnostics(rig, tmp_path):
+    """manage_hosts: the monitor computes the entries, the node's overlay-hosts step writes them
+    after a read; a hosts file that cannot be written is the overlay entry's WARN on /diagnostics
+    until a write succeeds."""
+    fake, n = rig
+    hosts = tmp_path / "hosts"
+    hosts.mkdir()                                         # cannot be replaced by a file
+
+    def cycle():
+        n._poll_cycle()
+        n._hosts_cycle()
+        out = _cycle(n, periodic=True)
+        return next(s for s in out["/diagnostics"][0].status if s.name.endswith(": overlay"))
+
+    overlay = cycle()
+    assert overlay.level == 1 and overlay.message.startswith(f"{hosts}: cannot update"), overlay.message
+    assert n.m.hosts_error == overlay.message
+    hosts.rmdir()
+    overlay = cycle()
+    assert n.m.hosts_error == "" and not overlay.message.startswith(str(hosts))
+    text = hosts.read_text()
+    assert "100.64.0.2 robotb.fleet.internal robotb" in text and "127.0.1.1 robota.fleet.internal robota" in text
 
 
 def test_unserializable_message_is_reported_not_fatal(rig):
