@@ -9,7 +9,7 @@
     lab impair LINK [--delay MS] [--jitter MS] [--loss PCT] [--rate MBIT] | lab impair LINK --clear
     lab ping HOST PEER
     lab down [--run-id ID | --all]
-    lab nat-matrix [--out DIR] [--count N] [--parallel N] [--keep] [--relay]   (own run; see matrix.py)
+    lab nat-matrix [--out DIR] [--count N] [--parallel N] [--keep] [--relay]   (own run; see matrix/run.py)
 
 Every command prints what it does (with the namespace) to stderr. Exit codes: 0 ok, 1 a lab
 error (message on stderr), 2 usage error, otherwise the exit code of ``lab exec``'s command.

@@ -73,6 +73,11 @@ from overlay_manager.tailscaled.localapi import LocalAPI, TailscaledNotRunning, 
 from overlay_manager.tailscaled.relay import RelayServerState, sync_relay
 from overlay_manager.tailscaled.status_json import StatusDecoder
 
+STALE_READS = 3.0
+"""Reads missed before the presented status counts as stale."""
+STALE_MIN_S = 1.5
+"""Seconds without a read before the status is stale, at the fastest poll rate."""
+
 
 class OverlayMonitor:
     """Polls tailscaled and keeps the overlay's state for the node.
@@ -92,7 +97,8 @@ class OverlayMonitor:
         self.env = env
         self.clock = clock
         self.reading = Reading()
-        self.stale_after_s = max(3.0 / cfg.node.poll_rate, 1.5)  # s without a read -> stale
+        self.stale_after_s = STALE_MIN_S  # s without a read -> stale (set_poll_interval)
+        self.set_poll_interval(1.0 / cfg.node.poll_rate)
         self._poll_started: Optional[float] = None  # monotonic s when the read in progress began
         self.nat = NatInfo()
         self.checks: List[Check] = []
@@ -188,6 +194,12 @@ class OverlayMonitor:
                 self._latency.pop(self._key(ev.peer), None)
         self.reading = replace(old, snapshot=presented, error=error, daemon_gone=gone)
         return changes
+
+    def set_poll_interval(self, interval_s: float) -> None:
+        """The status is read every interval_s seconds from now on (the node slows down while
+        tailscaled's IPN bus reports changes): it turns stale after STALE_READS missed reads,
+        STALE_MIN_S seconds at least."""
+        self.stale_after_s = max(STALE_READS * interval_s, STALE_MIN_S)
 
     def freshness(self, now: Optional[float] = None) -> Freshness:
         """Is the presented status current, as of now (monotonic s; default: the clock)?"""

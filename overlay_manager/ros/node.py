@@ -46,7 +46,7 @@ it; the poll thread logs if the reporting thread itself is stuck.
 
 Locks: ``OverlayMonitor._lock`` guards its latency map and in-flight pings (no I/O under it);
 ``Worker._lock`` guards a worker's counters; ``LogQueue`` has its own condition. What tailscaled
-said is an immutable ``monitor_types.Reading`` swapped by one assignment. Change detection state
+said is an immutable ``monitor.readings.Reading`` swapped by one assignment. Change detection state
 (``_last_*``) and publish faults belong to overlay-report alone; path changes reach it through a
 deque (thread-safe append/popleft).
 """
@@ -67,7 +67,7 @@ from overlay_manager.core.peers import PathChangeEvent, Snapshot, same_topology
 from overlay_manager.monitor.overlay_monitor import OverlayMonitor
 from overlay_manager.monitor.readings import ERROR, STATUS_TIMEOUT_S, Freshness, Reading
 from overlay_manager.msg import OverlayStatus, PathChange, PeerList, PreflightCheck
-from overlay_manager.ros.messages import ReportMessages, peer_msg, status_key
+from overlay_manager.ros.messages import ReportMessages, path_change_msg, peer_msg, status_key
 from overlay_manager.ros.topic_links import XMLRPC_TIMEOUT_S, TopicLinkReporter
 from overlay_manager.srv import (
     GetPeer,
@@ -221,7 +221,7 @@ class OverlayNode:
             rate = min(rate, n.bus_poll_rate)
         if 1.0 / rate != self.poller.period_s:
             self.poller.period_s = 1.0 / rate
-            self.m.stale_after_s = max(3.0 / rate, 1.5)
+            self.m.set_poll_interval(self.poller.period_s)
         if self._bus_woke.is_set():
             self._bus_woke.clear()
             early = self._last_poll + 1.0 / n.poll_rate - time.monotonic()
@@ -304,14 +304,7 @@ class OverlayNode:
         now = rospy.Time.now()
         while self._changes:
             stamp, ev = self._changes.popleft()
-            msg = PathChange()
-            msg.header.stamp = stamp
-            msg.peer, msg.dns_name = ev.peer.name, ev.peer.dns_name
-            msg.old_path, msg.new_path = ev.old_path, ev.new_path
-            msg.endpoint, msg.relay_region = ev.peer.endpoint, ev.peer.relay_region
-            msg.relay_vni = ev.peer.relay_vni
-            msg.derp_region = ev.peer.derp_region
-            self._publish(self.pub_changes, msg, "~path_changes")
+            self._publish(self.pub_changes, path_change_msg(stamp, ev), "~path_changes")
         connected = self.bus.connected
         if self._bus_was_connected and not connected:
             self.poller.wake()  # the IPN bus dropped: tailscaled may be gone, read the status now

@@ -8,10 +8,10 @@ import time
 import pytest
 
 from overlay_manager.core.config import apply_overrides, load_robot_config
-from overlay_manager.core.peers import PeerState
+from overlay_manager.core.peers import PathChangeEvent, PeerState
 from overlay_manager.monitor.overlay_monitor import OverlayMonitor
 from overlay_manager.ros import node as N
-from overlay_manager.ros.messages import peer_msg, status_key
+from overlay_manager.ros.messages import path_change_msg, peer_msg, status_key
 from overlay_manager.system.workers import Worker
 from overlay_manager.tailscaled.localapi import LocalAPI
 from overlay_manager.testing.tsfake import FakeTailscaled
@@ -168,6 +168,15 @@ def test_peer_msg_clamps_what_does_not_fit():
     import io
     m.serialize(io.BytesIO())
     assert m.rx_bytes == 2 ** 64 - 1 and m.tx_bytes == 0 and m.last_handshake.to_sec() == 0
+
+
+def test_path_change_msg_carries_the_peer_and_both_paths():
+    p = PeerState(name="r2", dns_name="r2.fleet.internal", addresses=("100.64.0.7",), online=True, active=True,
+                  path="peer-relay", endpoint="10.0.0.7:40000", relay_region="fra", relay_vni=7, derp_region="")
+    m = path_change_msg(rospy.Time(5), PathChangeEvent(p, "derp", "peer-relay"))
+    assert (m.header.stamp, m.peer, m.dns_name, m.old_path, m.new_path, m.endpoint, m.relay_region,
+            m.relay_vni, m.derp_region) == (rospy.Time(5), "r2", "r2.fleet.internal", "derp", "peer-relay",
+                                            "10.0.0.7:40000", "fra", 7, "")
 
 
 def test_status_key_ignores_stamp_and_age_only():

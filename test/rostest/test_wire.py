@@ -1,4 +1,4 @@
-"""Messages serialized once per element (wire.py) are the same bytes on the wire as genpy's, and
+"""Messages serialized once per element (ros/wire.py) are the same bytes on the wire as genpy's, and
 the node's report builders reuse what did not change."""
 import io
 import math

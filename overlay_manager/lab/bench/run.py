@@ -44,8 +44,8 @@ Writes artifacts/bench.json, artifacts/bench.md and artifacts/bench_*.png. Every
 is stopped by pid; the lab run is torn down by Lab.down().
 
 This module is the orchestration (one lab run, the order of paths, the sweep); the rest lives in
-bench_paths.py (each path's set-up and ROS environment), bench_measure.py (the measurements),
-bench_report.py (tables and plots) and overlay_manager/core/stats.py (percentiles and rates).
+bench/paths.py (each path's set-up and ROS environment), bench/measure.py (the measurements),
+bench/report.py (tables and plots) and overlay_manager/core/stats.py (percentiles and rates).
 """
 from __future__ import annotations
 
