@@ -77,7 +77,7 @@ def test_source_updated_from_outside_is_seen_inside_the_namespace(tmp_path):
             return r.stdout.strip()
         assert M.bind_mounted(os.path.realpath(src), os.stat(src)) is True
         # the journal of an update through either side lives next to the source, not in /etc
-        code = ("import os; from overlay_manager import files as F; "
+        code = ("import os; from overlay_manager.system import files as F; "
                 "print(F.journal_path('/etc/hosts', os.stat('/etc/hosts')))")
         r = subprocess.run(["nsenter", "-t", str(holder.pid), "-m", sys.executable, "-c", code], cwd=str(REPO),
                            env={**os.environ, "PYTHONPATH": str(REPO)}, capture_output=True, text=True, timeout=30)

@@ -3,7 +3,7 @@
 Everything here is pure Python (no ROS) and runs on Python 3.8+.
 
 Modules: ``errors`` (ConfigError, redact, shorten), ``loading`` (YAML files), ``reader`` (typed
-access, DNS labels, URLs, files), ``rfc3339`` (timestamps). Import from the package.
+access, DNS labels, URLs, files). Import from the package.
 
 - :class:`ConfigError` is the one error type: ``str()`` is a single line ``FILE: KEY: PROBLEM``
   that names the file and the dotted key path, with values shortened and secrets redacted.
@@ -15,13 +15,10 @@ access, DNS labels, URLs, files), ``rfc3339`` (timestamps). Import from the pack
   host:port pairs, DNS labels and domains, file paths and existing files.
 - :func:`redact` is the one redaction function (also used by the tailscale and headscale
   wrappers); :func:`shorten` is how values appear in messages.
-- :func:`parse_rfc3339` is the one RFC 3339 timestamp parser (any offset, 'Z', any number of
-  fractional digits, on Python 3.8 too).
 """
 
 from __future__ import annotations
 
-from overlay_manager.core.rfc3339 import parse_rfc3339
 from overlay_manager.core.validation.errors import (
     PROBLEM_CHARS,
     REDACTED,
@@ -48,6 +45,6 @@ from overlay_manager.core.validation.reader import (
 __all__ = [
     "ACL_TAG", "DNS_LABEL", "MAX_DEPTH", "MAX_FILE_BYTES", "MISSING", "PROBLEM_CHARS", "REDACTED",
     "VALUE_CHARS", "ConfigError", "Reader", "is_dns_label", "is_domain", "join_key", "load_yaml",
-    "looks_secret", "lower_case_hint", "parse_rfc3339", "parse_yaml", "read_text", "redact", "require_file", "shorten",
+    "looks_secret", "lower_case_hint", "parse_yaml", "read_text", "redact", "require_file", "shorten",
     "type_name",
 ]

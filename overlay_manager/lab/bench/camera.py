@@ -48,7 +48,7 @@ from overlay_manager.lab.campus.errors import LabError
 from overlay_manager.lab.campus.spec_model import Impairment
 from overlay_manager.lab.campus.system import wait_for
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+REPO_ROOT = Path(__file__).resolve().parents[3]
 SPEC: Dict[str, Any] = {
     "name": "bench_camera",
     "buildings": {

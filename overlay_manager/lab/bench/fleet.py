@@ -48,7 +48,7 @@ from overlay_manager.lab.campus.fleet_camera import (
 )
 from overlay_manager.lab.campus.spec_model import Impairment
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+REPO_ROOT = Path(__file__).resolve().parents[3]
 GOALS = {"rate_hz": 29.0, "psnr_mean": 38.0, "latency_p99_ms": 100.0, "rtt_p99_ms": 50.0}
 """The fleet goals for the H.264 stream (each stream / each robot)."""
 EPISODE_MARGIN_DB = 4.0

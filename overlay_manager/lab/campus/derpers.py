@@ -153,7 +153,7 @@ class Derpers:
                 f"st = read_derper(DerperSettings({s.debug_url!r})); print(json.dumps(st.__dict__))")
         res = subprocess.run(["ip", "netns", "exec", ns, "/usr/bin/python3", "-c", code],
                              capture_output=True, text=True, timeout=15, check=False,
-                             cwd=str(Path(__file__).resolve().parents[2]))
+                             cwd=str(Path(__file__).resolve().parents[3]))
         try:
             return DerperState(**json.loads(res.stdout))
         except (ValueError, TypeError):

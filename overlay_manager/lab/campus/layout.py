@@ -18,7 +18,7 @@ from overlay_manager.lab.campus.spec_model import LabSpec
 
 RUN_ROOT = Path("/run/overlay-lab")
 """Per-run state directories live here (tmpfs: gone after a reboot, like the namespaces)."""
-REPO_ROOT = Path(__file__).resolve().parents[2]
+REPO_ROOT = Path(__file__).resolve().parents[3]
 SOCKET_PATH_MAX = 107
 """Longest unix socket path Linux accepts (sun_path is 108 bytes with the terminating NUL)."""
 

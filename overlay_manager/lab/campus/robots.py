@@ -27,7 +27,7 @@ from overlay_manager.lab.campus.system import wait_for
 from overlay_manager.system import children
 from overlay_manager.system.waiting import tail
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 
 
 def ros_env(lab: Lab, host: str) -> Dict[str, str]:

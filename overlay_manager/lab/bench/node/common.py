@@ -11,7 +11,7 @@ from typing import Dict, Optional
 
 from overlay_manager.system.waiting import tail
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[4]
 PY = "/usr/bin/python3"
 
 
