@@ -81,8 +81,9 @@ def module_exists(dotted: str) -> bool:
         p = ROOT.joinpath(*parts[:k])
         if p.with_suffix(".py").exists():
             return k >= len(parts) - 1  # the module or a name inside it, not a module path that is gone
-        if (p / "__init__.py").exists():
-            return k == len(parts)      # the packages hold no names (nothing is re-exported)
+        if (p / "__init__.py").exists():  # a package: itself, or a name its __init__ defines
+            return k == len(parts) or (k == len(parts) - 1
+                                       and re.search(rf"\b{parts[-1]}\b", (p / "__init__.py").read_text()) is not None)
     return False
 
 
@@ -114,3 +115,4 @@ def test_an_old_module_name_is_caught():
     assert not module_exists("overlay_manager.monitor.poll")          # a name in a package, not a module
     assert not module_exists("overlay_manager.peers.PeerState")       # the module moved to core/
     assert module_exists("overlay_manager.core.peers.PeerState") and module_exists("overlay_manager.lab.campus.core")
+    assert module_exists("overlay_manager.core.validation.ConfigError")  # the package names it
