@@ -12,7 +12,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, Dict, Mapping, Optional, Tuple
 
-from overlay_manager.core.peers import _int, _str, finite_ms
+from overlay_manager.core.json_fields import finite_ms, str_field, uint_field
 
 
 def derp_region_names(derp_map: Mapping[str, Any]) -> Dict[int, Tuple[str, str]]:
@@ -26,7 +26,7 @@ def derp_region_names(derp_map: Mapping[str, Any]) -> Dict[int, Tuple[str, str]]
                     rid = int(reg.get("RegionID", key))
                 except (TypeError, ValueError, OverflowError):
                     continue
-                out[rid] = (_str(reg, "RegionCode") or str(rid), _str(reg, "RegionName"))
+                out[rid] = (str_field(reg, "RegionCode") or str(rid), str_field(reg, "RegionName"))
     return out
 
 
@@ -70,7 +70,7 @@ def parse_netcheck(report: Mapping[str, Any], regions: Mapping[int, str],
     plain-words summary and the latency to every region it reached."""
     udp = report.get("UDP") is True
     varies = _opt_bool(report.get("MappingVariesByDestIP"))
-    pref_id = _int(report, "PreferredDERP")
+    pref_id = uint_field(report, "PreferredDERP")
     pref = regions.get(pref_id, str(pref_id) if pref_id else "")
     latency = math.nan
     lat_map = report.get("RegionLatency")

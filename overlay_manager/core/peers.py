@@ -31,9 +31,16 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
-from typing import Any, Dict, Iterable, List, Mapping, MutableMapping, Optional, Tuple
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple
 
-from overlay_manager.core.rfc3339 import parse_rfc3339
+from overlay_manager.core.json_fields import (
+    UINT64_MAX,
+    json_kind,
+    parse_time,
+    str_field,
+    str_list_field,
+    uint_field,
+)
 
 PATH_UNKNOWN = "unknown"
 PATH_IDLE = "idle"
@@ -46,8 +53,6 @@ RELAY_TAG = "tag:relay"
 """ACL tag the fleet gives every peer relay host (fleet file ``relays``)."""
 PATHS = (PATH_UNKNOWN, PATH_IDLE, PATH_DIRECT, PATH_DERP, PATH_PEER_RELAY, PATH_OFFLINE)
 
-UINT64_MAX = 2 ** 64 - 1
-TIME_MAX = 2 ** 32 - 1      # ROS 1 time: uint32 seconds since the epoch
 
 
 @dataclass(frozen=True)
@@ -114,82 +119,6 @@ class Snapshot:
         return None
 
 
-def parse_time(value: Any) -> float:
-    """RFC 3339 time from Go's JSON -> POSIX seconds; 0.0 for zero, missing or malformed."""
-    if not isinstance(value, str) or not value or value.startswith("0001-01-01"):
-        return 0.0
-    dt = parse_rfc3339(value)
-    if dt is None:
-        return 0.0
-    try:
-        ts = dt.timestamp()
-    except (OverflowError, OSError):
-        return 0.0
-    return ts if 0.0 < ts <= TIME_MAX else 0.0
-
-
-def clean_str(v: str) -> str:
-    """v with anything that cannot be encoded as UTF-8 (lone surrogates from JSON escapes)
-    replaced, so the ROS serializer never fails on it."""
-    try:
-        v.encode("utf-8")
-        return v
-    except UnicodeEncodeError:
-        return v.encode("utf-8", "replace").decode("utf-8")
-
-
-def _str(d: Mapping[str, Any], key: str) -> str:
-    v = d.get(key)
-    return clean_str(v) if isinstance(v, str) else ""
-
-
-def clamp_uint64(v: Any) -> int:
-    """A JSON number as a uint64 message field: 0..2^64-1; NaN, inf, negatives and non-numbers -> 0,
-    finite values above the range -> 2^64-1."""
-    if isinstance(v, bool) or not isinstance(v, (int, float)):
-        return 0
-    if isinstance(v, float) and not math.isfinite(v):
-        return 0
-    if v <= 0:
-        return 0
-    return UINT64_MAX if v >= UINT64_MAX else int(v)
-
-
-def _int(d: Mapping[str, Any], key: str) -> int:
-    return clamp_uint64(d.get(key))
-
-
-def finite_ms(v: Any, scale: float = 1.0) -> float:
-    """v * scale as a latency in ms: NaN unless v is a finite number >= 0 (and so is the product)."""
-    if isinstance(v, bool) or not isinstance(v, (int, float)):
-        return math.nan
-    try:
-        ms = float(v) * scale
-    except OverflowError:
-        return math.nan
-    return ms if math.isfinite(ms) and ms >= 0 else math.nan
-
-
-def _strs(d: Mapping[str, Any], key: str) -> Tuple[str, ...]:
-    v = d.get(key)
-    if not isinstance(v, list):
-        return ()
-    return tuple(clean_str(x) for x in v if isinstance(x, str))
-
-
-def _kind(v: Any) -> str:
-    """JSON kind of a decoded value, for messages about malformed fields."""
-    if v is None:
-        return "null"
-    if isinstance(v, bool):
-        return "a boolean"
-    if isinstance(v, (int, float)):
-        return "a number"
-    if isinstance(v, str):
-        return "a string"
-    return "a list" if isinstance(v, list) else "an object"
-
-
 _BOOL_FIELDS = ("Online", "Active")
 _STR_FIELDS = ("DNSName", "HostName", "CurAddr", "PeerRelay", "Relay", "OS", "ID", "LastHandshake", "LastSeen")
 _LIST_FIELDS = ("TailscaleIPs", "Tags")
@@ -204,21 +133,21 @@ def malformed_fields(ps: Mapping[str, Any]) -> Tuple[str, ...]:
     for k in _BOOL_FIELDS:
         v = ps.get(k)
         if v is not None and not isinstance(v, bool):
-            out.append(f"{k} is {_kind(v)}, expected true/false (taken as false)")
+            out.append(f"{k} is {json_kind(v)}, expected true/false (taken as false)")
     for k in _STR_FIELDS:
         v = ps.get(k)
         if v is not None and not isinstance(v, str):
-            out.append(f"{k} is {_kind(v)}, expected a string (taken as empty)")
+            out.append(f"{k} is {json_kind(v)}, expected a string (taken as empty)")
     for k in _LIST_FIELDS:
         v = ps.get(k)
         if v is not None and not isinstance(v, list):
-            out.append(f"{k} is {_kind(v)}, expected a list (taken as empty)")
+            out.append(f"{k} is {json_kind(v)}, expected a list (taken as empty)")
     for k in _COUNT_FIELDS:
         v = ps.get(k)
         if v is None:
             continue
         if isinstance(v, bool) or not isinstance(v, (int, float)):
-            out.append(f"{k} is {_kind(v)}, expected a byte count (shown as 0)")
+            out.append(f"{k} is {json_kind(v)}, expected a byte count (shown as 0)")
         elif isinstance(v, float) and not math.isfinite(v):
             out.append(f"{k} = {v} is not a byte count (shown as 0)")
         elif v < 0:
@@ -238,12 +167,12 @@ def status_malformed(status: Mapping[str, Any]) -> Tuple[str, ...]:
                         ("MagicDNSSuffix", lambda v: isinstance(v, str), "a string")):
         v = status.get(k)
         if v is not None and not ok(v):
-            out.append(f"{k} is {_kind(v)}, expected {want}")
+            out.append(f"{k} is {json_kind(v)}, expected {want}")
     me = status.get("Self")
     if isinstance(me, dict):
         v = me.get("Online")
         if v is not None and not isinstance(v, bool):
-            out.append(f"Self.Online is {_kind(v)}, expected true/false")
+            out.append(f"Self.Online is {json_kind(v)}, expected true/false")
     return tuple(out)
 
 
@@ -262,10 +191,10 @@ def classify_path(ps: Mapping[str, Any]) -> Tuple[str, str]:
     online = ps.get("Online")
     if online is False:
         return PATH_OFFLINE, ""
-    cur = _str(ps, "CurAddr")
+    cur = str_field(ps, "CurAddr")
     if cur:
         return PATH_DIRECT, cur
-    relay = _str(ps, "PeerRelay")
+    relay = str_field(ps, "PeerRelay")
     if relay:
         return PATH_PEER_RELAY, relay_endpoint(relay)
     active = ps.get("Active")
@@ -278,10 +207,10 @@ def classify_path(ps: Mapping[str, Any]) -> Tuple[str, str]:
 
 def short_name(ps: Mapping[str, Any]) -> str:
     """The peer's short name: first label of DNSName (unique in the tailnet), else HostName."""
-    dns = _str(ps, "DNSName").rstrip(".")
+    dns = str_field(ps, "DNSName").rstrip(".")
     if dns:
         return dns.split(".", 1)[0]
-    return _str(ps, "HostName")
+    return str_field(ps, "HostName")
 
 
 def _sort_addresses(addrs: Iterable[str]) -> Tuple[str, ...]:
@@ -296,22 +225,22 @@ def parse_peer(ps: Mapping[str, Any], is_self: bool = False) -> PeerState:
         path, endpoint = classify_path(ps)
     return PeerState(
         name=short_name(ps),
-        dns_name=_str(ps, "DNSName").rstrip("."),
-        addresses=_sort_addresses(_strs(ps, "TailscaleIPs")),
+        dns_name=str_field(ps, "DNSName").rstrip("."),
+        addresses=_sort_addresses(str_list_field(ps, "TailscaleIPs")),
         online=ps.get("Online") is True,
         active=ps.get("Active") is True,
         path=path,
         endpoint=endpoint,
-        relay_region=_str(ps, "Relay"),
+        relay_region=str_field(ps, "Relay"),
         last_handshake=parse_time(ps.get("LastHandshake")),
         last_seen=parse_time(ps.get("LastSeen")),
-        rx_bytes=_int(ps, "RxBytes"),
-        tx_bytes=_int(ps, "TxBytes"),
-        tags=_strs(ps, "Tags"),
-        os=_str(ps, "OS"),
-        node_id=_str(ps, "ID"),
+        rx_bytes=uint_field(ps, "RxBytes"),
+        tx_bytes=uint_field(ps, "TxBytes"),
+        tags=str_list_field(ps, "Tags"),
+        os=str_field(ps, "OS"),
+        node_id=str_field(ps, "ID"),
         peer_relay=endpoint if path == PATH_PEER_RELAY else "",
-        relay_vni=relay_vni(_str(ps, "PeerRelay")) if path == PATH_PEER_RELAY else 0,
+        relay_vni=relay_vni(str_field(ps, "PeerRelay")) if path == PATH_PEER_RELAY else 0,
         malformed=malformed_fields(ps),
     )
 
@@ -352,55 +281,46 @@ def relay_host_name(endpoint: str, peers: Iterable[Any]) -> str:
     for ps in peers:
         if not isinstance(ps, Mapping):
             continue
-        eps = list(_strs(ps, "Addrs")) + [_str(ps, "CurAddr")]
+        eps = list(str_list_field(ps, "Addrs")) + [str_field(ps, "CurAddr")]
         if any(_addr_of(e) == addr for e in eps):
             return short_name(ps)
-        if RELAY_TAG in _strs(ps, "Tags"):
+        if RELAY_TAG in str_list_field(ps, "Tags"):
             tagged.append(short_name(ps))
     return tagged[0] if len(tagged) == 1 else ""
 
 
-ParseCache = MutableMapping[str, Tuple[Mapping[str, Any], "PeerState"]]
-"""Peer key of the status JSON -> (that peer's raw JSON object, its PeerState) from the last parse."""
-
-
-def parse_status(status: Mapping[str, Any], cache: Optional[ParseCache] = None) -> Snapshot:
+def parse_status(status: Mapping[str, Any], peers: Optional[Iterable[PeerState]] = None) -> Snapshot:
     """A LocalAPI /status dict -> Snapshot. Never raises on odd input.
 
-    cache: kept by the caller between reads (one reader at a time): a peer whose raw JSON object
-    equals the last one is not parsed again (at 500 peers most are idle and unchanged, and a
-    comparison costs a tenth of a parse). It is updated to this read's peers.
+    peers: this read's peers already parsed (the node's peer_rows.PeerRows stage, which reuses
+    unchanged ones), sorted by name; None parses the ``Peer`` map here.
     """
     self_raw = status.get("Self")
     self_peer = parse_peer(self_raw, is_self=True) if isinstance(self_raw, dict) else None
-    peers_raw = status.get("Peer")
-    peers: List[PeerState] = []
-    seen: Dict[str, Tuple[Mapping[str, Any], PeerState]] = {}
-    if isinstance(peers_raw, dict):
-        for key, ps in peers_raw.items():
-            if isinstance(ps, dict):
-                hit = cache.get(key) if cache is not None else None
-                peer = hit[1] if hit is not None and (hit[0] is ps or hit[0] == ps) else parse_peer(ps)
-                seen[key] = (ps, peer)
-                if peer.peer_relay:
-                    peer = replace(peer, relay_host=relay_host_name(peer.peer_relay, peers_raw.values()))
-                peers.append(peer)
-    peers.sort(key=lambda p: (p.name, p.dns_name))
-    if cache is not None:
-        cache.clear()
-        cache.update(seen)
-    suffix = _str(status, "MagicDNSSuffix")
+    if peers is None:
+        peers_raw = status.get("Peer")
+        parsed: List[PeerState] = []
+        if isinstance(peers_raw, dict):
+            for ps in peers_raw.values():
+                if isinstance(ps, dict):
+                    peer = parse_peer(ps)
+                    if peer.peer_relay:
+                        peer = replace(peer, relay_host=relay_host_name(peer.peer_relay, peers_raw.values()))
+                    parsed.append(peer)
+        parsed.sort(key=lambda p: (p.name, p.dns_name))
+        peers = parsed
+    suffix = str_field(status, "MagicDNSSuffix")
     tailnet = status.get("CurrentTailnet")
     if not suffix and isinstance(tailnet, dict):
-        suffix = _str(tailnet, "MagicDNSSuffix")
+        suffix = str_field(tailnet, "MagicDNSSuffix")
     return Snapshot(
-        backend_state=_str(status, "BackendState"),
+        backend_state=str_field(status, "BackendState"),
         self_peer=self_peer,
         peers=tuple(peers),
-        health=_strs(status, "Health"),
+        health=str_list_field(status, "Health"),
         magic_dns_suffix=suffix,
         control_reachable=isinstance(self_raw, dict) and self_raw.get("Online") is True,
-        version=_str(status, "Version"),
+        version=str_field(status, "Version"),
         malformed=status_malformed(status),
     )
 
@@ -415,13 +335,20 @@ def with_latency(snapshot: Snapshot, latency_ms: Mapping[str, float]) -> Snapsho
     return replace(snapshot, peers=tuple(peers))
 
 
+def derp_region_name(p: PeerState, names: Mapping[str, str]) -> str:
+    """What ``derp_region`` of p must be: for a derp peer the readable name of its relay region
+    (``names``: region code -> RegionName from the DERP map; the code itself when the map has no
+    name), else ""."""
+    return (names.get(p.relay_region) or p.relay_region) if p.path == PATH_DERP else ""
+
+
 def with_region_names(snapshot: Snapshot, names: Mapping[str, str]) -> Snapshot:
     """Copy of snapshot with each derp peer's ``derp_region`` set to the readable name of its
     relay region (``names``: region code -> RegionName from the DERP map; the code itself when
     the map has no name) and every other peer's cleared. Unchanged peers stay the same objects."""
     peers = []
     for p in snapshot.peers:
-        want = (names.get(p.relay_region) or p.relay_region) if p.path == PATH_DERP else ""
+        want = derp_region_name(p, names)
         peers.append(p if p.derp_region == want else replace(p, derp_region=want))
     return replace(snapshot, peers=tuple(peers))
 
@@ -449,8 +376,8 @@ def peer_key(p: PeerState) -> Tuple[Any, ...]:
 def same_topology(a: Optional[Snapshot], b: Optional[Snapshot]) -> bool:
     """a and b agree on this machine and every peer in everything but measurements (peer_key).
 
-    Cheap for the node's case: the parser and the monitor reuse unchanged PeerState objects, so
-    most peers are the same object and only the others are compared field by field.
+    Cheap for the node's case: peer_rows.PeerRows reuses unchanged PeerState objects, so most
+    peers are the same object and only the others are compared field by field.
     """
     if a is b:
         return True
@@ -502,12 +429,12 @@ def path_changes(old: Optional[Snapshot], new: Snapshot) -> List[PathChangeEvent
 
 def ping_path(result: Mapping[str, Any]) -> Tuple[str, str]:
     """An ipnstate.PingResult dict -> (path, endpoint or DERP region code) the ping used."""
-    if _str(result, "Err"):
+    if str_field(result, "Err"):
         return PATH_UNKNOWN, ""
-    if _str(result, "Endpoint"):
-        return PATH_DIRECT, _str(result, "Endpoint")
-    if _str(result, "PeerRelay"):
-        return PATH_PEER_RELAY, relay_endpoint(_str(result, "PeerRelay"))
-    if _int(result, "DERPRegionID") or _str(result, "DERPRegionCode"):
-        return PATH_DERP, _str(result, "DERPRegionCode") or str(_int(result, "DERPRegionID"))
+    if str_field(result, "Endpoint"):
+        return PATH_DIRECT, str_field(result, "Endpoint")
+    if str_field(result, "PeerRelay"):
+        return PATH_PEER_RELAY, relay_endpoint(str_field(result, "PeerRelay"))
+    if uint_field(result, "DERPRegionID") or str_field(result, "DERPRegionCode"):
+        return PATH_DERP, str_field(result, "DERPRegionCode") or str(uint_field(result, "DERPRegionID"))
     return PATH_UNKNOWN, ""

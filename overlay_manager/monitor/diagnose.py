@@ -2,9 +2,8 @@
 
 The monitor calls these with what it holds (reading, NAT check, relay state, preflight checks);
 the node turns the :class:`~overlay_manager.monitor.readings.Diagnostic` values into
-``diagnostic_msgs``. :class:`PeerDiagnostics` keeps one entry per peer and builds it again only
-when that peer (the same immutable PeerState), whether it is required, or the NAT wording
-changed, so a 500-peer fleet costs a dictionary lookup per peer per report.
+``diagnostic_msgs``. A peer's entry (:func:`peer_diagnostic`) is built once per peer row and kept
+while the row, whether the peer is required and the NAT wording stay the same (monitor/peer_rows.py).
 """
 
 from __future__ import annotations
@@ -13,7 +12,6 @@ import math
 from typing import FrozenSet, Iterable, List, Mapping, Optional, Set, Tuple
 
 from overlay_manager.core.config import DerperSettings, RobotConfig
-from overlay_manager.core.memo import IdentityMemo
 from overlay_manager.core.nat import NatInfo
 from overlay_manager.core.peers import (
     PATH_DERP,
@@ -261,21 +259,6 @@ def peer_diagnostic(p: PeerState, required: bool, derp_why: str) -> Diagnostic:
     if p.path == PATH_IDLE:
         return Diagnostic(OK, name, "online, idle (no traffic yet: path unknown)", pv)
     return Diagnostic(WARN, name, "path unknown", pv)
-
-
-class PeerDiagnostics:
-    """peer_diagnostic for every peer of a snapshot, reusing the entry of a peer whose PeerState
-    (the same object: the parser and the monitor reuse unchanged peers), required flag and DERP
-    wording are the same as last time. One caller at a time (the reporting thread)."""
-
-    def __init__(self) -> None:
-        self._memo: IdentityMemo[PeerState, Diagnostic] = IdentityMemo()
-
-    def entries(self, peers: Iterable[PeerState], required: FrozenSet[str], nat: NatInfo) -> List[Diagnostic]:
-        """One Diagnostic per peer, in order."""
-        why = derp_reason(nat)
-        return self._memo.map(peers, lambda p: peer_diagnostic(p, p.name.lower() in required, why),
-                              extra=lambda p: (p.name.lower() in required, why))
 
 
 def derper_diagnostic(settings: Optional[DerperSettings], state: DerperState) -> Optional[Diagnostic]:

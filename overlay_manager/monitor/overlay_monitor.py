@@ -22,30 +22,27 @@ import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import replace
-from typing import Callable, Dict, FrozenSet, List, Optional, Set
+from typing import Callable, Dict, FrozenSet, List, Optional, Set, Tuple
 
 from overlay_manager.core.config import RobotConfig
+from overlay_manager.core.json_fields import finite_ms
 from overlay_manager.core.nat import NatInfo, derp_region_names, parse_netcheck
 from overlay_manager.core.peers import (
     PATH_DIRECT,
     PATH_PEER_RELAY,
     PATH_UNKNOWN,
-    ParseCache,
     PathChangeEvent,
     PeerState,
     Snapshot,
     blind,
-    finite_ms,
     parse_status,
     path_changes,
     ping_path,
-    with_latency,
-    with_region_names,
 )
 from overlay_manager.core.ros_env import RosEnv, compute_env
 from overlay_manager.monitor.diagnose import (
     MALFORMED_FIX,
-    PeerDiagnostics,
+    derp_reason,
     derper_diagnostic,
     missing_required,
     overlay_diagnostic,
@@ -54,6 +51,7 @@ from overlay_manager.monitor.diagnose import (
     rosbridge_diagnostic,
     stale_diagnostic,
 )
+from overlay_manager.monitor.peer_rows import DiagnosticParts, PeerRows, plain_rows, rows_of
 from overlay_manager.monitor.readings import (
     STATUS_TIMEOUT_S,
     Check,
@@ -119,9 +117,9 @@ class OverlayMonitor:
         # short names of the machines carrying ROS connections to or from this one (set by the
         # node's topic-link thread in one assignment); None = no topic-link map (ping every peer)
         self.topic_peers: Optional[FrozenSet[str]] = None
-        self._parse_cache: ParseCache = {}        # the poll thread's (peers.parse_status)
         self._decoder = StatusDecoder()           # the poll thread's (unchanged peers' JSON reused)
-        self._peer_diags = PeerDiagnostics()      # the reporting thread's (diagnostics())
+        self._rows = PeerRows()                   # the poll thread's (rows of unchanged peers reused)
+        self._required: Tuple[Optional[RobotConfig], FrozenSet[str]] = (None, frozenset())  # required_peers()
         # who can reach rosbridge's port, as last read (overlay-rosbridge thread; one assignment);
         # None = not checked (node.rosbridge_port 0) or not read yet
         self.rosbridge: Optional[PortReading] = None
@@ -149,7 +147,11 @@ class OverlayMonitor:
         self._poll_started = self.clock()
         try:
             raw = self.api.status(timeout=STATUS_TIMEOUT_S, decoder=self._decoder)
-            snap = with_region_names(parse_status(raw, self._parse_cache), self.region_names)
+            chunks = raw.get("Peer")
+            with self._lock:
+                latency = dict(self._latency)
+            rows = self._rows.update(chunks, self.region_names, latency)
+            snap = parse_status(raw, [r.state for r in rows])
         except TailscaleError as exc:
             return self._failed(old, str(exc), isinstance(exc, TailscaledNotRunning))
         except Exception as exc:  # noqa: BLE001 - whatever tailscaled sends must not stop polling
@@ -162,8 +164,11 @@ class OverlayMonitor:
             for ev in changes:
                 if ev.old_path:  # a latency measured on the old path says nothing about the new one
                     self._latency.pop(self._key(ev.peer), None)
-            snap = with_latency(snap, self._latency)
-        self.reading = Reading(snap, "", False, self.clock(), time.time())
+            now_latency = dict(self._latency) if changes else latency
+        if now_latency != latency:  # a ping finished meanwhile, or a changed path dropped one
+            rows = self._rows.update(chunks, self.region_names, now_latency)
+            snap = replace(snap, peers=tuple(r.state for r in rows))
+        self.reading = Reading(snap, "", False, self.clock(), time.time(), rows)
         return changes
 
     def _note_malformed(self, snap: Snapshot) -> None:
@@ -172,7 +177,8 @@ class OverlayMonitor:
         nobody would know tailscaled sends nonsense. Poll thread only."""
         notes = [f"tailscaled's status: {m}" for m in snap.malformed]
         for p in snap.peers:
-            notes.extend(f"peer {p.name or p.node_id or '?'}: tailscaled sent {m}" for m in p.malformed)
+            if p.malformed:
+                notes.extend(f"peer {p.name or p.node_id or '?'}: tailscaled sent {m}" for m in p.malformed)
         current = set(notes)
         for n in notes:
             if n not in self._malformed_seen:
@@ -192,7 +198,8 @@ class OverlayMonitor:
         with self._lock:
             for ev in changes:
                 self._latency.pop(self._key(ev.peer), None)
-        self.reading = replace(old, snapshot=presented, error=error, daemon_gone=gone)
+        self.reading = replace(old, snapshot=presented, error=error, daemon_gone=gone,
+                               rows=plain_rows(presented.peers) if presented is not None else ())
         return changes
 
     def set_poll_interval(self, interval_s: float) -> None:
@@ -306,11 +313,16 @@ class OverlayMonitor:
     def required_peers(self) -> FrozenSet[str]:
         """Lower-case short names whose absence is an ERROR: node.required_peers and the ROS
         master's machine (unless that is this machine)."""
-        names = {n.rstrip(".").split(".")[0].lower() for n in self.cfg.node.required_peers}
-        master = self.cfg.master.rstrip(".").split(".")[0].lower()
-        if master != self.cfg.hostname.lower():
+        cfg = self.cfg
+        known = self._required
+        if known[0] is cfg:  # the same set while the config is the same (peer rows compare it by identity)
+            return known[1]
+        names = {n.rstrip(".").split(".")[0].lower() for n in cfg.node.required_peers}
+        master = cfg.master.rstrip(".").split(".")[0].lower()
+        if master != cfg.hostname.lower():
             names.add(master)
-        return frozenset(names)
+        self._required = (cfg, frozenset(names))
+        return self._required[1]
 
     def watched(self) -> List[PeerState]:
         """Online peers to keep fresh with disco pings (N^2 pings across a fleet otherwise).
@@ -446,11 +458,16 @@ class OverlayMonitor:
         through DERP; offline is ERROR for a required peer (required_peers()), else OK. A required
         peer missing from the tailnet gets an ERROR entry of its own. While tailscaled cannot be
         read, one entry only (see diagnose.py)."""
+        return self.diagnostic_parts().entries()
+
+    def diagnostic_parts(self) -> DiagnosticParts:
+        """diagnostics() as its parts: the entries about this machine and the peer rows whose
+        entries follow them (built once per row, see peer_rows.PeerRow.diagnostic)."""
         r = self.reading
         snap = r.snapshot
         fresh = self._freshness(r, self.clock())
         if fresh.stale or snap is None:
-            return [stale_diagnostic(snap, fresh, self.cfg.login_server)]
+            return DiagnosticParts([stale_diagnostic(snap, fresh, self.cfg.login_server)], (), frozenset(), "")
         out = [overlay_diagnostic(snap, self.cfg, self.ros_env(), self.nat, self.checks, self.enrol_error,
                                   self.hosts_error)]
         relay = self.relay_diagnostic()
@@ -464,8 +481,7 @@ class OverlayMonitor:
             out.append(derper)
         required = self.required_peers()
         out.extend(missing_required(required, snap))
-        out.extend(self._peer_diags.entries(snap.peers, required, self.nat))
-        return out
+        return DiagnosticParts(out, rows_of(r.rows, snap.peers), required, derp_reason(self.nat))
 
     def close(self) -> None:
         """Stop background pings: cancel the queued ones (running ones end within their timeout).

@@ -1,25 +1,27 @@
 """The node's ROS messages, built from the monitor's immutable values (overlay-report thread).
 
 What changes between two reports at 500 peers is a handful of peers (the ones carrying traffic:
-byte counters, handshake times). Everything here reuses what did not change: a peer's ``Peer``
-message and its bytes, a diagnostic entry's ``DiagnosticStatus`` and its bytes (see wire.py), and
-the topology key of a reading, which the reporting thread compares ten times a second.
+byte counters, handshake times). A peer's ``Peer`` message and its bytes, and its
+``DiagnosticStatus`` and bytes, are built once per peer row (peer_rows.py) and written with
+wire.py; only the entries about this machine are built and serialized for every report.
 """
 
 from __future__ import annotations
 
 import io
 import math
-from typing import List, Optional, Sequence
+from typing import Any, List, Optional, Sequence, Tuple
 
 import rospy
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 
-from overlay_manager.core.peers import TIME_MAX, PathChangeEvent, PeerState, clamp_uint64
+from overlay_manager.core.json_fields import TIME_MAX, clamp_uint64
+from overlay_manager.core.peers import PathChangeEvent, PeerState
 from overlay_manager.monitor.overlay_monitor import OverlayMonitor
+from overlay_manager.monitor.peer_rows import DiagnosticParts, rows_of
 from overlay_manager.monitor.readings import ERROR, OK, Diagnostic, Freshness, Reading
 from overlay_manager.msg import NatSummary, OverlayStatus, PathChange, Peer, PeerList
-from overlay_manager.ros.wire import ElementCache, cached_tail_class, to_bytes
+from overlay_manager.ros.wire import cached_tail_class, to_bytes
 from overlay_manager.system.workers import WorkerHealth
 from overlay_manager.tailscaled.derper import derper_summary
 from overlay_manager.tailscaled.relay import relay_summary
@@ -67,6 +69,12 @@ def path_change_msg(stamp: rospy.Time, ev: PathChangeEvent) -> PathChange:
     return m
 
 
+def peer_wire(p: PeerState) -> Tuple[Peer, bytes]:
+    """A peer row's Peer message and its bytes (PeerRow.peer_wire)."""
+    m = peer_msg(p)
+    return m, to_bytes(m)
+
+
 def status_key(st: OverlayStatus) -> Optional[bytes]:
     """The whole message serialized, except header.stamp and status_age (which change every
     time): equal keys mean nothing worth publishing at once changed. None when it cannot be
@@ -95,8 +103,7 @@ class ReportMessages:
         self.m = monitor
         self.cfg = monitor.cfg
         self.node_name = node_name
-        self._peers = ElementCache()
-        self._diags = ElementCache()
+        self._diag_wire = self._diag_status_wire  # one object: the rows reuse what it built
 
     def peer_list(self, reading: Reading, fresh: Freshness, now: rospy.Time) -> PeerList:
         """~peers: stamp = when tailscaled last answered (now if never), stale as in ~status."""
@@ -107,11 +114,12 @@ class ReportMessages:
         pl.self_peer = peer_msg(snap.self_peer if snap else None)
         peers = snap.peers if snap else ()
         try:
-            pl.peers, count, data = self._peers.messages(peers, peer_msg)
+            built: List[Tuple[Any, bytes]] = [r.peer_wire(peer_wire) for r in rows_of(reading.rows, peers)]
         except Exception:  # noqa: BLE001 - a peer that cannot be serialized: the publish says why
             pl.peers = [peer_msg(p) for p in peers]
         else:
-            pl.set_tail(count, data)
+            pl.peers = [m for m, _ in built]
+            pl.set_tail(len(built), b"".join(b for _, b in built))
         return pl
 
     def status(self, reading: Reading, fresh: Freshness, health: Sequence[WorkerHealth],
@@ -168,9 +176,14 @@ class ReportMessages:
         s.values = [KeyValue(key=k, value=v) for k, v in d.values]
         return s
 
-    def diagnostics(self, now: rospy.Time, diags: Sequence[Diagnostic], health: Sequence[WorkerHealth],
+    def _diag_status_wire(self, d: Diagnostic) -> Tuple[DiagnosticStatus, bytes]:
+        s = self._diag_status(d)
+        return s, to_bytes(s)
+
+    def diagnostics(self, now: rospy.Time, parts: DiagnosticParts, health: Sequence[WorkerHealth],
                     publish_faults: Sequence[str]) -> DiagnosticArray:
-        """The monitor's entries (the overlay, one per peer) and one for the node's own threads."""
+        """The monitor's entries (about this machine, then one per peer row) and one for the
+        node's own threads."""
         arr = CachedDiagnosticArray()
         arr.header.stamp = now
         bad = [h for h in health if h.level > OK]
@@ -180,14 +193,14 @@ class ReportMessages:
                                    message="; ".join(problems) if problems else f"{len(health)} threads running",
                                    hardware_id=self.cfg.hostname)
         threads.values = [KeyValue(key=h.name, value=h.message or f"ok, {h.cycles} cycles") for h in health]
-        entries: List[DiagnosticStatus]
         try:
-            entries, count, data = self._diags.messages(diags, self._diag_status)
-            data += to_bytes(threads)
+            built = [self._diag_wire(d) for d in parts.head]
+            built.extend(r.diagnostic_wire(parts.required, parts.derp_why, self._diag_wire) for r in parts.rows)
+            built.append((threads, to_bytes(threads)))
         except Exception:  # noqa: BLE001 - an entry that cannot be serialized: the publish says why
-            arr.status = [self._diag_status(d) for d in diags] + [threads]
+            arr.status = [self._diag_status(d) for d in parts.entries()] + [threads]
             return arr
-        arr.status = entries + [threads]
-        arr.set_tail(count + 1, data)
+        arr.status = [m for m, _ in built]
+        arr.set_tail(len(built), b"".join(b for _, b in built))
         return arr
 

@@ -361,7 +361,7 @@ class OverlayNode:
 
     def diagnostics_msg(self, now: rospy.Time, health: List[WorkerHealth]) -> DiagnosticArray:
         """One DiagnosticStatus for the overlay, one per peer, one for the node's own threads."""
-        return self.msgs.diagnostics(now, self.m.diagnostics(), health, list(self._publish_faults.values()))
+        return self.msgs.diagnostics(now, self.m.diagnostic_parts(), health, list(self._publish_faults.values()))
 
     def run_preflight(self, log: bool = False) -> PreflightResponse:
         """Run the preflight checks, return the service response (/diagnostics picks them up)."""

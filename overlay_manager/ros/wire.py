@@ -4,7 +4,8 @@ At 500 peers the node publishes ``~peers`` (500 ``Peer``) and ``/diagnostics`` (
 ``DiagnosticStatus``) every second, and genpy serializes each element field by field in Python:
 about 3 ms for each array at 500 elements, every publish, although only the few peers that carry
 traffic changed. Here each element is serialized once, when it is built, and kept as bytes while
-it is unchanged; the message written on the wire is the same byte for byte.
+it is unchanged (in its peer row: peer_rows.py); the message written on the wire is the same byte
+for byte.
 
 ROS 1 writes a nested message as the plain concatenation of its fields (no alignment, no tags),
 and an array of messages as a little-endian uint32 count followed by the elements. So a message
@@ -18,9 +19,7 @@ from __future__ import annotations
 
 import io
 import struct
-from typing import Any, Callable, Iterable, List, Optional, Tuple, Type
-
-from overlay_manager.core.memo import IdentityMemo
+from typing import Any, Optional, Tuple, Type
 
 _COUNT = struct.Struct("<I")
 
@@ -37,7 +36,7 @@ def cached_tail_class(msg_cls: Type[Any], field: str) -> Type[Any]:
     messages named field) from bytes set with ``set_tail`` instead of from the element objects.
 
     The element objects stay in the field (readers of the message see them); the bytes must be
-    their serialization, in order (:class:`ElementCache` keeps both in step). Without
+    their serialization, in order (node_messages.py takes both from the same peer rows). Without
     ``set_tail`` it serializes like msg_cls.
 
     Raises:
@@ -78,22 +77,3 @@ def cached_tail_class(msg_cls: Type[Any], field: str) -> Type[Any]:
 
     Cached.__name__ = Cached.__qualname__ = f"Cached{msg_cls.__name__}"
     return Cached
-
-
-class ElementCache:
-    """Message and serialized bytes per source value (PeerState, Diagnostic), built only for
-    sources that are not the same object as last time (memo.IdentityMemo). One thread uses a
-    cache (the node's reporting thread)."""
-
-    def __init__(self) -> None:
-        self._memo: IdentityMemo[Any, Tuple[Any, bytes]] = IdentityMemo()
-
-    def messages(self, sources: Iterable[Any], build: Callable[[Any], Any]) -> Tuple[List[Any], int, bytes]:
-        """(messages, count, their serialized concatenation) for sources in order; forgets
-        sources not given this time."""
-        def build_both(source: Any) -> Tuple[Any, bytes]:
-            m = build(source)
-            return m, to_bytes(m)
-
-        built = self._memo.map(sources, build_both)
-        return [m for m, _ in built], len(built), b"".join(b for _, b in built)

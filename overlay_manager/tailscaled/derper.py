@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping, Optional, Tuple
 
 from overlay_manager.core.config import DerperSettings
+from overlay_manager.core.json_fields import uint_field
 
 #: Seconds one read of derper's /debug/vars may take.
 READ_TIMEOUT_S = 2.0
@@ -65,11 +66,6 @@ class DerperState:
     error: str = ""
 
 
-def _int(d: Mapping[str, Any], key: str) -> int:
-    v = d.get(key)
-    return int(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0 else 0
-
-
 def parse_derper_vars(data: Any, now: float) -> DerperState:
     """/debug/vars JSON (already decoded) -> DerperState; an error state when it has no ``derp``."""
     derp = data.get("derp") if isinstance(data, Mapping) else None
@@ -77,11 +73,11 @@ def parse_derper_vars(data: Any, now: float) -> DerperState:
         return DerperState(read_at=now, error="no 'derp' counters in /debug/vars (not a derper?)")
     version = derp.get("version")
     return DerperState(
-        listening=True, connections=_int(derp, "gauge_current_connections"),
-        home_connections=_int(derp, "gauge_current_home_connections"),
-        clients=_int(derp, "gauge_clients_total"), bytes_received=_int(derp, "bytes_received"),
-        bytes_sent=_int(derp, "bytes_sent"), packets_received=_int(derp, "packets_received"),
-        packets_sent=_int(derp, "packets_sent"), version=version if isinstance(version, str) else "",
+        listening=True, connections=uint_field(derp, "gauge_current_connections"),
+        home_connections=uint_field(derp, "gauge_current_home_connections"),
+        clients=uint_field(derp, "gauge_clients_total"), bytes_received=uint_field(derp, "bytes_received"),
+        bytes_sent=uint_field(derp, "bytes_sent"), packets_received=uint_field(derp, "packets_received"),
+        packets_sent=uint_field(derp, "packets_sent"), version=version if isinstance(version, str) else "",
         read_at=now)
 
 

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 from overlay_manager.core.config import RelaySettings, parse_addr_port
+from overlay_manager.core.json_fields import clamp_uint64
 from overlay_manager.tailscaled.localapi import LocalAPI, TailscaleError
 
 
@@ -149,10 +150,6 @@ class RelayServerState:
         return self.port is not None
 
 
-def _u64(v: Any) -> int:
-    return int(v) if isinstance(v, int) and not isinstance(v, bool) and v >= 0 else 0
-
-
 def _endpoint(v: Any) -> str:
     """An AddrPort from Go's JSON: "ip:port"; the zero value (not bound yet) is "" -> ""."""
     if not isinstance(v, str) or not v or ":" not in v or v.startswith("invalid"):
@@ -172,9 +169,9 @@ def parse_relay_sessions(doc: Any) -> RelayServerState:
         c1 = s.get("Client1") if isinstance(s.get("Client1"), dict) else {}
         c2 = s.get("Client2") if isinstance(s.get("Client2"), dict) else {}
         sessions.append(RelaySession(
-            vni=_u64(s.get("VNI")),
+            vni=clamp_uint64(s.get("VNI")),
             endpoints=(_endpoint(c1.get("Endpoint")), _endpoint(c2.get("Endpoint"))),
-            bytes=(_u64(c1.get("BytesTx")), _u64(c2.get("BytesTx"))),
+            bytes=(clamp_uint64(c1.get("BytesTx")), clamp_uint64(c2.get("BytesTx"))),
         ))
     return RelayServerState(
         port=port if isinstance(port, int) and not isinstance(port, bool) else None,

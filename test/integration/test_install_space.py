@@ -145,3 +145,22 @@ def test_installed_fleet_never_looks_next_to_its_files(install):
     out = in_install(install, f"PATH={fake.parent}:$PATH python3 -c 'from overlay_manager.fleet.headscale "
                               "import find_headscale; print(find_headscale())'")
     assert out.returncode == 0 and out.stdout.strip() == str(fake), out.stderr
+
+
+def test_installed_python_is_the_product_without_lab_or_fakes(install):
+    """Robots get the layers (core, system, tailscaled, monitor, ros, cli), the fleet tool and the
+    dashboard; the lab and the test fakes stay in the clone (setup.py)."""
+    out = in_install(install, "python3 -c 'import overlay_manager, os; "
+                              "print(os.path.dirname(overlay_manager.__file__))'")
+    assert out.returncode == 0, out.stderr
+    pkg = Path(out.stdout.strip())
+    assert str(pkg).startswith(str(install)), pkg
+    installed = sorted(p.name for p in pkg.iterdir() if p.is_dir() and p.name != "__pycache__")
+    for layer in ("core", "system", "tailscaled", "monitor", "ros", "cli", "fleet", "dashboard"):
+        assert layer in installed, f"{layer} not installed to {pkg}: {installed}"
+    assert "lab" not in installed and "testing" not in installed, installed
+    out = in_install(install, "python3 -c 'import overlay_manager.lab'")
+    assert out.returncode != 0 and "No module named 'overlay_manager.lab'" in out.stderr, out.stderr
+    # the node's entry point imports from the installed layers alone
+    out = in_install(install, "python3 -c 'import overlay_manager.ros.main, overlay_manager.cli.overlay_env'")
+    assert out.returncode == 0, out.stderr

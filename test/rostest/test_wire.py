@@ -1,5 +1,5 @@
-"""Messages serialized once per element (ros/wire.py) are the same bytes on the wire as genpy's, and
-the node's report builders reuse what did not change."""
+"""Messages serialized once per element (ros/wire.py, from the peer rows of monitor/peer_rows.py) are
+the same bytes on the wire as genpy's, and the node's report builders reuse what did not change."""
 import io
 import math
 import os
@@ -10,6 +10,7 @@ from genpy import SerializationError
 from rospy.msg import serialize_message
 
 from overlay_manager.core.peers import PeerState, same_topology
+from overlay_manager.monitor.peer_rows import PeerRows, plain_rows
 from overlay_manager.msg import Peer, PeerList
 from overlay_manager.ros import wire
 
@@ -34,16 +35,16 @@ def _peer(i, **kw):
 
 
 def test_cached_peer_list_is_byte_identical_and_decodes_with_the_stock_class():
-    from overlay_manager.ros.messages import CachedPeerList, peer_msg
-    cache = wire.ElementCache()
+    from overlay_manager.ros.messages import CachedPeerList, peer_msg, peer_wire
     peers = [_peer(i) for i in range(1, 40)]
     pl = CachedPeerList()
     pl.header.stamp = rospy.Time(12, 34)
     pl.header.frame_id = "x"
     pl.stale = True
     pl.self_peer = peer_msg(_peer(200, path="self"))
-    pl.peers, count, data = cache.messages(peers, peer_msg)
-    pl.set_tail(count, data)
+    built = [r.peer_wire(peer_wire) for r in plain_rows(peers)]
+    pl.peers = [m for m, _ in built]
+    pl.set_tail(len(built), b"".join(b for _, b in built))
     plain = PeerList(header=pl.header, stale=True, self_peer=pl.self_peer, peers=[peer_msg(p) for p in peers])
     assert _plain_bytes(pl) == _plain_bytes(plain)
     back = PeerList()
@@ -77,27 +78,27 @@ def test_only_a_last_array_of_messages_can_be_cached():
         wire.cached_tail_class(Peer, "tags")  # an array, but of strings (and not the last field)
 
 
-def test_element_cache_builds_only_new_sources_and_forgets_gone_ones():
-    built = []
+def test_peer_rows_keep_their_bytes_while_unchanged_and_rebuild_them_with_genpy_on_a_change():
+    """The stage with the node's real builder: an unchanged chunk keeps its row and its bytes
+    object; a latency or path change gives a new row whose bytes are genpy's for the new state."""
+    from overlay_manager.ros.messages import peer_msg, peer_wire
+    from overlay_manager.testing.tsfake import recorded
 
-    def build(p):
-        built.append(p.name)
-        return DiagnosticStatus(name=p.name, message=p.path)
-
-    cache = wire.ElementCache()
-    peers = [_peer(i) for i in range(1, 6)]
-    msgs1, n1, data1 = cache.messages(peers, build)
-    assert n1 == 5 and len(built) == 5
-    changed = _peer(3, path="derp")          # equal name, new object: built again
-    peers2 = peers[:2] + [changed] + peers[3:]
-    msgs2, n2, data2 = cache.messages(peers2, build)
-    assert built[5:] == ["robot-003"] and msgs2[0] is msgs1[0] and msgs2[2] is not msgs1[2]
-    assert data2 == b"".join(_plain_bytes(m) for m in msgs2)
-    equal_copy = _peer(1)                    # equal value, other object: matched by identity only
-    cache.messages([equal_copy], build)
-    assert built[-1] == "robot-001"
-    cache.messages(peers, build)             # the earlier objects were forgotten: built again
-    assert len(built) == 7 + 5
+    st = recorded("status_direct.json")
+    (key,) = st["Peer"]
+    stage = PeerRows()
+    (r1,) = stage.update(st["Peer"], {}, {})
+    m1, b1 = r1.peer_wire(peer_wire)
+    assert b1 == _plain_bytes(peer_msg(r1.state))
+    (r2,) = stage.update(st["Peer"], {}, {})
+    assert r2 is r1 and r2.peer_wire(peer_wire)[1] is b1 and r2.peer_wire(peer_wire)[0] is m1
+    (r3,) = stage.update(st["Peer"], {}, {r1.state.dns_name: 4.5})          # latency measured
+    m3, b3 = r3.peer_wire(peer_wire)
+    assert r3 is not r1 and m3.latency_ms == 4.5 and b3 != b1 and b3 == _plain_bytes(peer_msg(r3.state))
+    st["Peer"][key] = dict(st["Peer"][key], CurAddr="")                     # direct -> derp
+    (r4,) = stage.update(st["Peer"], {}, {r1.state.dns_name: 4.5})
+    m4, b4 = r4.peer_wire(peer_wire)
+    assert m4.path == "derp" and b4 != b3 and b4 == _plain_bytes(peer_msg(r4.state))
 
 
 def test_report_messages_reuse_unchanged_peers_and_diagnostics(monkeypatch):
@@ -117,11 +118,11 @@ def test_report_messages_reuse_unchanged_peers_and_diagnostics(monkeypatch):
         m.poll()
         fresh = m.freshness()
         pl1 = rm.peer_list(m.reading, fresh, rospy.Time(1))
-        d1 = rm.diagnostics(rospy.Time(1), m.diagnostics(), [], [])
+        d1 = rm.diagnostics(rospy.Time(1), m.diagnostic_parts(), [], [])
         first = m.reading.snapshot
         m.poll()                                   # same answer: the same PeerState objects
         pl2 = rm.peer_list(m.reading, m.freshness(), rospy.Time(2))
-        d2 = rm.diagnostics(rospy.Time(2), m.diagnostics(), [], [])
+        d2 = rm.diagnostics(rospy.Time(2), m.diagnostic_parts(), [], [])
         assert pl2.peers[0] is pl1.peers[0]
         peer_entries = [s for s in d2.status if ": peer " in s.name]
         assert peer_entries and peer_entries[0] is next(s for s in d1.status if s.name == peer_entries[0].name)
@@ -129,7 +130,7 @@ def test_report_messages_reuse_unchanged_peers_and_diagnostics(monkeypatch):
         next(iter(fake.status["Peer"].values()))["CurAddr"] = ""   # the path changes to derp
         m.poll()
         pl3 = rm.peer_list(m.reading, m.freshness(), rospy.Time(3))
-        d3 = rm.diagnostics(rospy.Time(3), m.diagnostics(), [], [])
+        d3 = rm.diagnostics(rospy.Time(3), m.diagnostic_parts(), [], [])
         assert pl3.peers[0] is not pl1.peers[0] and pl3.peers[0].path == "derp"
         assert not same_topology(first, m.reading.snapshot)
         assert any(s.level == 1 and "DERP" in s.message for s in d3.status)
@@ -143,15 +144,15 @@ def test_report_messages_reuse_unchanged_peers_and_diagnostics(monkeypatch):
 
 
 def test_a_value_that_cannot_be_serialized_still_raises_at_publish():
-    """The cache does not hide a bad value: the message falls back to genpy, whose publish raises
-    (the node reports that as a publish fault)."""
+    """A row does not hide a bad value: building its bytes raises, the message falls back to genpy,
+    whose publish raises (the node reports that as a publish fault)."""
     from overlay_manager.ros.messages import CachedPeerList
 
     bad = Peer(name="x", latency_ms=math.nan)
     bad.rx_bytes = -1                           # does not fit uint64
-    cache = wire.ElementCache()
+    (row,) = plain_rows([_peer(1)])
     with pytest.raises(SerializationError):
-        cache.messages([object()], lambda _s: bad)
+        row.peer_wire(lambda _p: (bad, wire.to_bytes(bad)))
     pl = CachedPeerList(peers=[bad])
     with pytest.raises(SerializationError):
         _plain_bytes(pl)

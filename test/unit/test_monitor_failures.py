@@ -8,7 +8,8 @@ import time
 import pytest
 
 from overlay_manager.core.config import apply_overrides, load_robot_config
-from overlay_manager.core.peers import PATH_DIRECT, PATH_OFFLINE, PATH_UNKNOWN, UINT64_MAX
+from overlay_manager.core.json_fields import UINT64_MAX
+from overlay_manager.core.peers import PATH_DIRECT, PATH_OFFLINE, PATH_UNKNOWN
 from overlay_manager.monitor.overlay_monitor import OverlayMonitor
 from overlay_manager.monitor.readings import ERROR, HANG_REPORT_S, OK, STATUS_TIMEOUT_S
 from overlay_manager.tailscaled.localapi import LocalAPI

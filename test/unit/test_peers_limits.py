@@ -4,6 +4,7 @@ import json
 import math
 from dataclasses import replace
 
+from overlay_manager.core import json_fields as J
 from overlay_manager.core import nat as N
 from overlay_manager.core import peers as P
 from overlay_manager.testing.tsfake import huge_status, recorded
@@ -26,21 +27,21 @@ def test_curaddr_without_active_is_direct_not_idle():
 def test_huge_counters_from_real_json_text():
     snap = P.parse_status(json.loads(huge_status(recorded("status_direct.json"))))
     (peer,) = snap.peers
-    assert peer.rx_bytes == 0 and peer.tx_bytes == P.UINT64_MAX
+    assert peer.rx_bytes == 0 and peer.tx_bytes == J.UINT64_MAX
 
 
 def test_clamp_uint64_table():
     cases = [(1e400, 0), (-1e400, 0), (math.nan, 0), (-5, 0), (True, 0), ("7", 0), (None, 0),
-             (2 ** 64, P.UINT64_MAX), (2 ** 64 - 1, P.UINT64_MAX), (1e30, P.UINT64_MAX), (12.9, 12), (3, 3)]
+             (2 ** 64, J.UINT64_MAX), (2 ** 64 - 1, J.UINT64_MAX), (1e30, J.UINT64_MAX), (12.9, 12), (3, 3)]
     for value, want in cases:
-        assert P.clamp_uint64(value) == want, value
+        assert J.clamp_uint64(value) == want, value
 
 
 def test_latency_and_times_out_of_range_are_unknown():
-    assert math.isnan(P.finite_ms(1e400, 1000.0)) and math.isnan(P.finite_ms(-1, 1.0))
-    assert math.isnan(P.finite_ms(1e308, 1e10)) and P.finite_ms(0.002, 1000.0) == 2.0
-    assert P.parse_time("9999-12-31T23:59:59Z") == 0.0           # beyond uint32 ROS time
-    assert P.parse_time("2026-11-22T00:44:10.574675235Z") > 0
+    assert math.isnan(J.finite_ms(1e400, 1000.0)) and math.isnan(J.finite_ms(-1, 1.0))
+    assert math.isnan(J.finite_ms(1e308, 1e10)) and J.finite_ms(0.002, 1000.0) == 2.0
+    assert J.parse_time("9999-12-31T23:59:59Z") == 0.0           # beyond uint32 ROS time
+    assert J.parse_time("2026-11-22T00:44:10.574675235Z") > 0
     nat = N.parse_netcheck({"UDP": True, "PreferredDERP": 1e400, "RegionLatency": {"1": 1e400}}, {})
     assert math.isnan(nat.preferred_derp_latency_ms) and nat.known
     assert N.derp_regions({"Regions": {"1": {"RegionID": 1e400}, "2": {"RegionID": 2, "RegionCode": "x"}}}) == {2: "x"}
