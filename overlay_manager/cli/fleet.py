@@ -37,7 +37,7 @@ from typing import Callable, List, Optional, Tuple
 from overlay_manager.core.validation import ConfigError, redact
 from overlay_manager.fleet import tls
 from overlay_manager.fleet.bundle import nodes_named, write_bundle
-from overlay_manager.fleet.config import FleetConfig, FleetError, load_fleet
+from overlay_manager.fleet.config import load_fleet
 from overlay_manager.fleet.deploy import (
     Deployment,
     apply_policy,
@@ -46,6 +46,7 @@ from overlay_manager.fleet.deploy import (
     renew_server_cert,
     write_derp_map,
 )
+from overlay_manager.fleet.model import FleetConfig, FleetError
 from overlay_manager.fleet.ops import fleet_status, revoke, rotate, sync_tags
 from overlay_manager.fleet.policy import render_policy
 from overlay_manager.fleet.unit import render_unit

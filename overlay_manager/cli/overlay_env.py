@@ -39,8 +39,9 @@ import time
 from pathlib import Path
 from typing import List, Optional, Tuple
 
-from overlay_manager.core.config import ConfigError, RobotConfig, load_robot_config, require_config_file
+from overlay_manager.core.config import RobotConfig, load_robot_config, require_config_file
 from overlay_manager.core.ros_env import RosEnv, compute_env
+from overlay_manager.core.validation.errors import ConfigError
 from overlay_manager.system import firewall
 from overlay_manager.system.files import write_text
 from overlay_manager.system.probes import resolve, tcp_answers

@@ -26,11 +26,6 @@ from overlay_manager.core.validation import (
     type_name,
 )
 
-__all__ = ["ConfigError", "NodeSettings", "RobotConfig", "TailscaleSettings", "apply_overrides",
-           "load_robot_config", "override_master", "parse_robot_config", "require_config_file"]
-TAG = ACL_TAG  # ACL tag pattern (kept under its old name)
-
-
 #: UDP port of a relay when the robot config does not say.
 DEFAULT_RELAY_PORT = 40000
 

@@ -30,7 +30,7 @@ identifier of the relay session).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple
 
 from overlay_manager.core.identity import names_peer, peer_key, refers_to
@@ -109,7 +109,6 @@ class Snapshot:
     magic_dns_suffix: str = ""
     control_reachable: bool = False        # Self.Online: in the control server's map poll
     version: str = ""
-    derp_regions: Mapping[int, str] = field(default_factory=dict)  # region id -> code
     malformed: Tuple[str, ...] = ()        # status-level fields with a wrong type ("" = none)
 
     def find(self, query: str) -> Optional[PeerState]:

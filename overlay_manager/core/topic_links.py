@@ -35,7 +35,6 @@ from typing import (
     Tuple,
 )
 
-from overlay_manager.core.config import ConfigError
 from overlay_manager.core.identity import HostMatcher, is_loopback, normalise_host, short_label
 from overlay_manager.core.peers import (
     PATH_DERP,
@@ -46,6 +45,7 @@ from overlay_manager.core.peers import (
     PeerState,
     Snapshot,
 )
+from overlay_manager.core.validation.errors import ConfigError
 
 Node = str       # a ROS caller id, e.g. "/camera"
 Topic = str

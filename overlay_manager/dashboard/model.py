@@ -22,7 +22,6 @@ from python_qt_binding.QtCore import QObject, QTimer, Signal
 
 from overlay_manager.dashboard import text as fmt
 from overlay_manager.dashboard.state import (
-    DEFAULT_NODE,
     Freshness,
     HistoryStore,
     nodes_from_topics,
@@ -265,7 +264,3 @@ class OverlayModel(QObject):
         ok = resp is not None and bool(getattr(resp, "ok", False))
         self._emit(self.action_finished, ActionResult(action, node, peer, ok, result, resp,
                                                       time.monotonic() - start))
-
-
-__all__ = ["ACTION_MEASURE", "ACTION_PING", "ACTION_WAIT_DIRECT", "ActionResult", "DEFAULT_NODE",
-           "OverlayModel"]

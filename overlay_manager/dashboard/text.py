@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Optional, Tuple
 
 from overlay_manager.core.levels import Level
-from overlay_manager.core.peers import (  # noqa: F401 - re-exported for the widget and model
+from overlay_manager.core.peers import (
     PATH_DERP,
     PATH_DIRECT,
     PATH_IDLE,

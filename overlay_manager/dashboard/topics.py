@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Iterable, List, Optional, Tuple
 
+from overlay_manager.core.peers import PATH_DERP
 from overlay_manager.dashboard import text as fmt
 
 # (key, header, tooltip); keys are what snapshot() reports.
@@ -51,7 +52,7 @@ def topic_row(link: Any) -> TopicRow:
     """One TopicLink message -> the texts of its row."""
     rate = link.bytes_per_second
     where = ""
-    if link.path == fmt.PATH_DERP:
+    if link.path == PATH_DERP:
         where = f"DERP {link.endpoint}" if link.endpoint else "DERP"
     elif link.endpoint:
         where = link.endpoint

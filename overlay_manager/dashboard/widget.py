@@ -62,7 +62,6 @@ class OverlayDashboardWidget(QWidget):
         self._busy: Dict[str, str] = {}           # peer -> running action
         self._stale = False                       # the rows are greyed out as stale
         self._peers_stale = False                 # the last ~peers said the node's view is stale
-        self._headline = ""                       # the headline while the node is fresh
         self._links: Any = None                   # the last TopicLinkList (repainted after stale)
 
         self.plot = HistoryPlot(self.plot_container)
@@ -251,7 +250,6 @@ class OverlayDashboardWidget(QWidget):
 
     def _set_headline(self, text: str) -> None:
         """The headline while the node is fresh (a stale node's warning replaces it on the tick)."""
-        self._headline = text
         if not self._stale:
             self.headline_label.setText(text)
 

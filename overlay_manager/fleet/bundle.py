@@ -22,10 +22,10 @@ from typing import Any, Dict, List, Optional, Tuple, Union
 import yaml
 
 from overlay_manager.fleet import tls
-from overlay_manager.fleet.config import FleetConfig, FleetError
 from overlay_manager.fleet.deploy import Deployment
 from overlay_manager.fleet.derp import DerpServer, derper_unit, robot_derper_key, servers_on, template_path
 from overlay_manager.fleet.headscale import HeadscaleCLI, Node, PreAuthKey
+from overlay_manager.fleet.model import FleetConfig, FleetError
 from overlay_manager.fleet.relays import robot_relay_key
 from overlay_manager.system.files import atomic_write, write_text
 

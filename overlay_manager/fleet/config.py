@@ -12,7 +12,7 @@ wrong later (deployment, headscale, a host name given on the command line).
 This module reads the top level (fleet name, base domain, keys, log level) and puts the file
 together; the sections have their own modules: ``server`` in :mod:`.server`, ``teams`` and
 ``hosts`` in :mod:`.teams`, ``relays`` in :mod:`.relays`, ``derp_regions`` in :mod:`.derp`. The
-values are in :mod:`.model` and are importable from here too.
+values are in :mod:`.model`.
 """
 
 from __future__ import annotations
@@ -24,25 +24,12 @@ from typing import Any, Optional, Union
 from overlay_manager.core.validation import MISSING, ConfigError, Reader, is_dns_label, is_domain, load_yaml, shorten
 from overlay_manager.fleet.derp import parse_derp_regions
 from overlay_manager.fleet.model import (
-    ROLE_TAGS,
-    ROLES,
-    DerpConfig,
     FleetConfig,
-    FleetError,
-    Host,
     KeysConfig,
-    ServerConfig,
-    Team,
-    TlsConfig,
 )
 from overlay_manager.fleet.relays import parse_relays
 from overlay_manager.fleet.server import load_server
 from overlay_manager.fleet.teams import load_teams
-
-__all__ = [
-    "ROLES", "ROLE_TAGS", "ConfigError", "DerpConfig", "FleetConfig", "FleetError", "Host", "KeysConfig",
-    "ServerConfig", "Team", "TlsConfig", "load_fleet", "load_fleet_dict", "parse_duration",
-]
 
 _DURATION_RE = re.compile(r"^\s*(\d+)\s*([smhdw]?)\s*$")
 _DURATION_UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}

@@ -39,9 +39,9 @@ import yaml
 
 from overlay_manager.core.validation import ConfigError, require_file
 from overlay_manager.fleet import tls
-from overlay_manager.fleet.config import FleetConfig, FleetError
 from overlay_manager.fleet.derp import render_derp_map
 from overlay_manager.fleet.headscale import HeadscaleCLI, find_headscale
+from overlay_manager.fleet.model import FleetConfig, FleetError
 from overlay_manager.fleet.policy import render_policy
 from overlay_manager.system.files import write_text
 

@@ -18,7 +18,7 @@ from typing import Any, Dict, List, Optional, Tuple, Union
 
 from overlay_manager.core.rfc3339 import parse_rfc3339
 from overlay_manager.core.validation import redact
-from overlay_manager.fleet.config import FleetError
+from overlay_manager.fleet.model import FleetError
 
 #: Seconds one CLI call may take before it is abandoned.
 CLI_TIMEOUT_S = 30.0
@@ -84,14 +84,6 @@ def parse_time(value: Any) -> Optional[datetime]:
             return None
         return t
     return None
-
-
-@dataclass(frozen=True)
-class User:
-    """A headscale user. ``id``: numeric identifier; ``name``: user name."""
-
-    id: int
-    name: str
 
 
 @dataclass(frozen=True)
@@ -226,19 +218,6 @@ class HeadscaleCLI:
             return (f"`{what}`: headscale is not running or not reachable on its unix socket "
                     f"(start it with `fleet serve`): {detail}")
         return f"`{what}` failed: {detail}"
-
-    # --- users -----------------------------------------------------------------------
-    def list_users(self) -> List[User]:
-        """Every headscale user."""
-        return [User(int(u.get("id", 0)), str(u.get("name", ""))) for u in self.run(["users", "list"]) or []]
-
-    def ensure_user(self, name: str) -> User:
-        """The user called ``name``, created if absent (idempotent)."""
-        for u in self.list_users():
-            if u.name == name:
-                return u
-        u = self.run(["users", "create", name])
-        return User(int(u.get("id", 0)), str(u.get("name", name)))
 
     # --- pre-auth keys -----------------------------------------------------------------
     @staticmethod

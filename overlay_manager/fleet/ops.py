@@ -8,9 +8,9 @@ from pathlib import Path
 from typing import List, Optional, Set, Tuple, Union
 
 from overlay_manager.fleet.bundle import nodes_named, read_key_record, write_bundle
-from overlay_manager.fleet.config import FleetConfig, FleetError
 from overlay_manager.fleet.deploy import Deployment
 from overlay_manager.fleet.headscale import HeadscaleCLI, Node
+from overlay_manager.fleet.model import FleetConfig, FleetError
 
 
 @dataclass(frozen=True)

@@ -35,8 +35,8 @@ from __future__ import annotations
 import json
 from typing import Any, Dict, List
 
-from overlay_manager.fleet.config import ROLE_TAGS, FleetConfig
 from overlay_manager.fleet.derp import DERP_TAG
+from overlay_manager.fleet.model import ROLE_TAGS, FleetConfig
 from overlay_manager.fleet.relays import RELAY_CAP, RELAY_TAG
 
 

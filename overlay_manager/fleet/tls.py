@@ -30,7 +30,7 @@ from typing import Dict, List, Optional, Tuple
 from urllib.parse import urlsplit
 
 from overlay_manager.core.validation import Reader
-from overlay_manager.fleet.config import FleetConfig, FleetError
+from overlay_manager.fleet.model import FleetConfig, FleetError
 
 #: Re-issue the server certificate when it expires within this many seconds.
 RENEW_BEFORE_S = 30 * 86400

@@ -3,7 +3,7 @@ a control host running Headscale (through overlay_manager.fleet) and one tailsca
 
 Quick use (as root)::
 
-    from overlay_manager.lab import Lab
+    from overlay_manager.lab.campus.core import Lab
     with Lab("config/lab/two_buildings.yaml") as lab:
         lab.tailscale_up("alpha-robot1"); lab.tailscale_up("alpha-laptop")
         lab.wait_enrolled()
@@ -12,20 +12,3 @@ Quick use (as root)::
 
 See docs/lab.md.
 """
-from overlay_manager.lab.campus.core import (
-    Lab,
-    PingResult,
-    down_all,
-    leftover_runs,
-    missing_prerequisites,
-    parse_ping_output,
-    tools_bin,
-)
-from overlay_manager.lab.campus.errors import CommandError, LabError, LabTimeout, SpecError
-from overlay_manager.lab.campus.spec import Impairment, LabSpec, NatKind, load_spec, parse_nat_kind
-
-__all__ = [
-    "CommandError", "Impairment", "Lab", "LabError", "LabSpec", "LabTimeout", "NatKind", "PingResult",
-    "SpecError", "down_all", "leftover_runs", "load_spec", "missing_prerequisites", "parse_nat_kind",
-    "parse_ping_output", "tools_bin",
-]

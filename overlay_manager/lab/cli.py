@@ -9,7 +9,7 @@
     lab impair LINK [--delay MS] [--jitter MS] [--loss PCT] [--rate MBIT] | lab impair LINK --clear
     lab ping HOST PEER
     lab down [--run-id ID | --all]
-    lab nat-matrix [--out DIR] [--count N] [--parallel N] [--keep] [--relay]   (own run; see matrix.py)
+    lab nat-matrix [--out DIR] [--count N] [--parallel N] [--keep] [--relay]   (own run; see matrix/run.py)
 
 Every command prints what it does (with the namespace) to stderr. Exit codes: 0 ok, 1 a lab
 error (message on stderr), 2 usage error, otherwise the exit code of ``lab exec``'s command.
@@ -24,9 +24,10 @@ import sys
 from typing import Optional, Sequence
 
 from overlay_manager.core.validation import ConfigError
-from overlay_manager.lab.campus.core import Lab, down_all, leftover_runs, teardown_run
+from overlay_manager.lab.campus.core import Lab
 from overlay_manager.lab.campus.errors import LabError
-from overlay_manager.lab.campus.spec import Impairment
+from overlay_manager.lab.campus.spec_model import Impairment
+from overlay_manager.lab.campus.teardown import down_all, leftover_runs, teardown_run
 
 
 def _parser() -> argparse.ArgumentParser:

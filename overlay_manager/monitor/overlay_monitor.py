@@ -66,12 +66,17 @@ from overlay_manager.monitor.readings import (
     WaitResult,
 )
 from overlay_manager.system import firewall, iperf, probes, sockets
-from overlay_manager.system.hosts import ManagedHosts
+from overlay_manager.system.hosts import Entry, wanted_entries
 from overlay_manager.system.workers import describe
 from overlay_manager.tailscaled.derper import DerperState, read_derper
 from overlay_manager.tailscaled.localapi import LocalAPI, TailscaledNotRunning, TailscaleError, netcheck
 from overlay_manager.tailscaled.relay import RelayServerState, sync_relay
 from overlay_manager.tailscaled.status_json import StatusDecoder
+
+STALE_READS = 3.0
+"""Reads missed before the presented status counts as stale."""
+STALE_MIN_S = 1.5
+"""Seconds without a read before the status is stale, at the fastest poll rate."""
 
 
 class OverlayMonitor:
@@ -92,11 +97,12 @@ class OverlayMonitor:
         self.env = env
         self.clock = clock
         self.reading = Reading()
-        self.stale_after_s = max(3.0 / cfg.node.poll_rate, 1.5)  # s without a read -> stale
+        self.stale_after_s = STALE_MIN_S  # s without a read -> stale (set_poll_interval)
+        self.set_poll_interval(1.0 / cfg.node.poll_rate)
         self._poll_started: Optional[float] = None  # monotonic s when the read in progress began
         self.nat = NatInfo()
         self.checks: List[Check] = []
-        self.hosts_error: str = ""
+        self.hosts_error: str = ""  # why the last write of the hosts block failed ("" = none); set by the node
         self.enrol_error: str = ""  # why the last enrolment attempt failed ("" = none); set by the node
         self._latency: Dict[str, float] = {}     # key: core.identity.peer_key -> ms
         self._lock = threading.Lock()
@@ -106,7 +112,6 @@ class OverlayMonitor:
         self._names_by_id: Dict[int, str] = {}
         # this machine's derper as last read (overlay-derper thread; one assignment)
         self.derper_state = DerperState(error="not read yet") if cfg.derper else DerperState()
-        self._hosts = ManagedHosts(cfg.node.hosts_file)  # the poll thread's (node.manage_hosts)
         self._pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="overlay-ping")
         self._pings: Set[Future] = set()          # in-flight ping_watched futures (cancelled by close)
         # this machine's peer relay server as last read (overlay-relay thread; one assignment)
@@ -166,8 +171,6 @@ class OverlayMonitor:
             rows = self._rows.update(chunks, self.region_names, now_latency)
             snap = replace(snap, peers=tuple(r.state for r in rows))
         self.reading = Reading(snap, "", False, self.clock(), time.time(), rows)
-        if self.cfg.node.manage_hosts:
-            self._update_hosts(snap)
         return changes
 
     def _note_malformed(self, snap: Snapshot) -> None:
@@ -201,6 +204,12 @@ class OverlayMonitor:
                                rows=plain_rows(presented.peers) if presented is not None else ())
         return changes
 
+    def set_poll_interval(self, interval_s: float) -> None:
+        """The status is read every interval_s seconds from now on (the node slows down while
+        tailscaled's IPN bus reports changes): it turns stale after STALE_READS missed reads,
+        STALE_MIN_S seconds at least."""
+        self.stale_after_s = max(STALE_READS * interval_s, STALE_MIN_S)
+
     def freshness(self, now: Optional[float] = None) -> Freshness:
         """Is the presented status current, as of now (monotonic s; default: the clock)?"""
         return self._freshness(self.reading, self.clock() if now is None else now)
@@ -212,9 +221,16 @@ class OverlayMonitor:
         """When freshness() may change with no read finishing (Reading.freshness_changes_at)."""
         return self.reading.freshness_changes_at(now, self._poll_started, self.stale_after_s)
 
-    def _update_hosts(self, snap: Snapshot) -> None:
-        if snap.backend_state == "Running":  # starting or logged out: no peers; keep the last block
-            self.hosts_error = self._hosts.update(snap.self_peer, self.cfg.fqdn, snap.peers)
+    def hosts_entries(self, reading: Optional[Reading] = None) -> Optional[List[Entry]]:
+        """The managed hosts block's entries for a reading (default: the presented one; split
+        horizon, system/hosts.py ``wanted_entries``), or None when the block is to stay as it is:
+        node.manage_hosts off, the read failed or tailscaled is not Running (starting or logged
+        out: it lists no peers). Pure: the node writes the file (its overlay-hosts thread)."""
+        r = self.reading if reading is None else reading
+        snap = r.snapshot
+        if not self.cfg.node.manage_hosts or r.error or snap is None or snap.backend_state != "Running":
+            return None
+        return wanted_entries(snap.self_peer, self.cfg.fqdn, snap.peers)
 
     def ros_env(self) -> RosEnv:
         """ROS env in overlay names (uses tailscaled's own name and address for this machine when

@@ -13,10 +13,11 @@ from typing import Any, Dict
 
 import rospy
 
-from overlay_manager.core.config import ConfigError, NodeSettings, apply_overrides, load_robot_config, override_master
+from overlay_manager.core.config import NodeSettings, apply_overrides, load_robot_config, override_master
+from overlay_manager.core.topic_links import parse_host_aliases
+from overlay_manager.core.validation.errors import ConfigError
 from overlay_manager.monitor.overlay_monitor import OverlayMonitor
 from overlay_manager.ros.node import OverlayNode
-from overlay_manager.ros.topic_links import parse_host_aliases
 from overlay_manager.system.workers import LOG_ERROR, LOG_INFO, LogQueue, describe
 from overlay_manager.tailscaled.enrolment import ensure_enrolled
 from overlay_manager.tailscaled.localapi import EnrolError, LocalAPI, TailscaleError

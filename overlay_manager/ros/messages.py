@@ -16,11 +16,11 @@ import rospy
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 
 from overlay_manager.core.json_fields import TIME_MAX, clamp_uint64
-from overlay_manager.core.peers import PeerState
+from overlay_manager.core.peers import PathChangeEvent, PeerState
 from overlay_manager.monitor.overlay_monitor import OverlayMonitor
 from overlay_manager.monitor.peer_rows import DiagnosticParts, rows_of
 from overlay_manager.monitor.readings import ERROR, OK, Diagnostic, Freshness, Reading
-from overlay_manager.msg import NatSummary, OverlayStatus, Peer, PeerList
+from overlay_manager.msg import NatSummary, OverlayStatus, PathChange, Peer, PeerList
 from overlay_manager.ros.wire import cached_tail_class, to_bytes
 from overlay_manager.system.workers import WorkerHealth
 from overlay_manager.tailscaled.derper import derper_summary
@@ -54,6 +54,18 @@ def peer_msg(p: Optional[PeerState]) -> Peer:
     m.tags, m.os = list(p.tags), p.os
     m.peer_relay, m.relay_host, m.relay_vni = p.peer_relay, p.relay_host, p.relay_vni
     m.derp_region = p.derp_region
+    return m
+
+
+def path_change_msg(stamp: rospy.Time, ev: PathChangeEvent) -> PathChange:
+    """One ~path_changes message: ev's peer and its old and new path, stamped when it was read."""
+    m = PathChange()
+    m.header.stamp = stamp
+    m.peer, m.dns_name = ev.peer.name, ev.peer.dns_name
+    m.old_path, m.new_path = ev.old_path, ev.new_path
+    m.endpoint, m.relay_region = ev.peer.endpoint, ev.peer.relay_region
+    m.relay_vni = ev.peer.relay_vni
+    m.derp_region = ev.peer.derp_region
     return m
 
 

@@ -23,7 +23,8 @@ tailscaled, the ROS master or the log.
 
 | thread | runs | may block on |
 |---|---|---|
-| overlay-poll | ``m.poll`` every 1/poll_rate s; queues path changes, logs | LocalAPI (STATUS_TIMEOUT_S), hosts file |
+| overlay-poll | ``m.poll`` every 1/poll_rate s; queues path changes, logs | LocalAPI (STATUS_TIMEOUT_S) |
+| overlay-hosts | after each read (manage_hosts): ``m.hosts_entries`` -> hosts file, ``m.hosts_error`` | hosts file |
 | overlay-report | what changed at once, all at publish_rate; watchdog; sleeps to a deadline | nothing (publish) |
 | overlay-ping | ``ping_watched`` every ping_interval s (its pool: overlay-ping_N) | LocalAPI ping (bounded) |
 | overlay-netcheck | ``refresh_nat`` every netcheck_interval s | `tailscale netcheck` (bounded, dies with us) |
@@ -45,7 +46,7 @@ it; the poll thread logs if the reporting thread itself is stuck.
 
 Locks: ``OverlayMonitor._lock`` guards its latency map and in-flight pings (no I/O under it);
 ``Worker._lock`` guards a worker's counters; ``LogQueue`` has its own condition. What tailscaled
-said is an immutable ``monitor_types.Reading`` swapped by one assignment. Change detection state
+said is an immutable ``monitor.readings.Reading`` swapped by one assignment. Change detection state
 (``_last_*``) and publish faults belong to overlay-report alone; path changes reach it through a
 deque (thread-safe append/popleft).
 """
@@ -66,7 +67,7 @@ from overlay_manager.core.peers import PathChangeEvent, Snapshot, same_but_measu
 from overlay_manager.monitor.overlay_monitor import OverlayMonitor
 from overlay_manager.monitor.readings import ERROR, STATUS_TIMEOUT_S, Freshness, Reading
 from overlay_manager.msg import OverlayStatus, PathChange, PeerList, PreflightCheck
-from overlay_manager.ros.messages import ReportMessages, peer_msg, status_key
+from overlay_manager.ros.messages import ReportMessages, path_change_msg, peer_msg, status_key
 from overlay_manager.ros.topic_links import XMLRPC_TIMEOUT_S, TopicLinkReporter
 from overlay_manager.srv import (
     GetPeer,
@@ -85,6 +86,7 @@ from overlay_manager.srv import (
     WaitForPeerResponse,
 )
 from overlay_manager.system import children
+from overlay_manager.system.hosts import ManagedHosts
 from overlay_manager.system.iperf import iperf_server_argv
 from overlay_manager.system.workers import LOG_ERROR, LOG_INFO, LOG_WARN, LogQueue, Worker, WorkerHealth, describe
 from overlay_manager.tailscaled.derper import derper_summary
@@ -96,6 +98,9 @@ DERPER_INTERVAL_S = 5.0
 """Seconds between reads of this machine's derper counters (derper hosts only)."""
 ROSBRIDGE_INTERVAL_S = 10.0
 """Seconds between reads of who can reach rosbridge's port (node.rosbridge_port > 0)."""
+HOSTS_STUCK_S = 30.0
+"""Seconds a write of the hosts file may take before overlay-hosts is reported stuck (it waits for
+the file's flock while ``overlay_env --write-hosts`` holds it)."""
 REPORT_TICK_S = 0.25
 """Longest sleep of the reporting thread between checks. Every finished read, path change,
 relay and NAT check wakes it at once, and it wakes itself when a read in progress turns into a
@@ -150,6 +155,13 @@ class OverlayNode:
         self.poller = Worker("overlay-poll", self._poll_cycle, 1.0 / n.poll_rate, STATUS_TIMEOUT_S + 5.0,
                              log, start=False)
         self.workers: List[Worker] = [self.poller]
+        self.hosts: Optional[Worker] = None
+        if n.manage_hosts:
+            self._hosts = ManagedHosts(n.hosts_file)       # overlay-hosts only
+            self._hosts_read: Optional[Reading] = None     # overlay-hosts only: the reading last written
+            self.hosts = Worker("overlay-hosts", self._hosts_cycle, 1.0 / n.poll_rate, HOSTS_STUCK_S, log,
+                                start=False)
+            self.workers.append(self.hosts)
         if n.ping_interval > 0:
             self.workers.append(Worker("overlay-ping", self._ping_cycle, n.ping_interval, 60.0, log,
                                        start=False))
@@ -208,7 +220,7 @@ class OverlayNode:
             rate = min(rate, n.bus_poll_rate)
         if 1.0 / rate != self.poller.period_s:
             self.poller.period_s = 1.0 / rate
-            self.m.stale_after_s = max(3.0 / rate, 1.5)
+            self.m.set_poll_interval(self.poller.period_s)
         if self._bus_woke.is_set():
             self._bus_woke.clear()
             early = self._last_poll + 1.0 / n.poll_rate - time.monotonic()
@@ -234,11 +246,27 @@ class OverlayNode:
             self.log(LOG_ERROR if error else LOG_INFO,
                      f"overlay_manager: {error}" if error else "overlay_manager: tailscaled answers again")
             self._logged_error = error
+        if self.hosts is not None:
+            self.hosts.wake()
         self.reporter.wake()
         rh = self.reporter.health()
         if rh.level == ERROR and rh.message != self._reporter_fault:
             self.log(LOG_ERROR, f"overlay_manager: {rh.message}: ~status and /diagnostics are not updated")
         self._reporter_fault = rh.message if rh.level == ERROR else ""
+
+    def _hosts_cycle(self) -> None:
+        """overlay-hosts: keep the managed block of the hosts file in step with the last read (the
+        monitor computes the entries); a failure is reported as hosts_error on /diagnostics."""
+        reading = self.m.reading
+        if reading is self._hosts_read:
+            return
+        self._hosts_read = reading
+        entries = self.m.hosts_entries(reading)
+        if entries is not None:
+            error = self._hosts.write(entries)
+            if error != self.m.hosts_error:
+                self.m.hosts_error = error
+                self.reporter.wake()
 
     def _ping_cycle(self) -> None:
         self.m.ping_watched(timeout_s=min(3.0, self.cfg.node.ping_interval))
@@ -275,14 +303,7 @@ class OverlayNode:
         now = rospy.Time.now()
         while self._changes:
             stamp, ev = self._changes.popleft()
-            msg = PathChange()
-            msg.header.stamp = stamp
-            msg.peer, msg.dns_name = ev.peer.name, ev.peer.dns_name
-            msg.old_path, msg.new_path = ev.old_path, ev.new_path
-            msg.endpoint, msg.relay_region = ev.peer.endpoint, ev.peer.relay_region
-            msg.relay_vni = ev.peer.relay_vni
-            msg.derp_region = ev.peer.derp_region
-            self._publish(self.pub_changes, msg, "~path_changes")
+            self._publish(self.pub_changes, path_change_msg(stamp, ev), "~path_changes")
         connected = self.bus.connected
         if self._bus_was_connected and not connected:
             self.poller.wake()  # the IPN bus dropped: tailscaled may be gone, read the status now

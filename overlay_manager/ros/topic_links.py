@@ -17,7 +17,7 @@ import rosgraph
 import rospy
 
 from overlay_manager.core.topic_links import TopicLink as Link
-from overlay_manager.core.topic_links import filter_links, parse_host_aliases, peers_with_links
+from overlay_manager.core.topic_links import filter_links, peers_with_links
 from overlay_manager.monitor.overlay_monitor import OverlayMonitor
 from overlay_manager.msg import TopicLink, TopicLinkList
 from overlay_manager.ros.graph_reader import GraphReader, TopicMapper
@@ -97,5 +97,3 @@ class TopicLinkReporter:
         """Stop the graph reader's pool."""
         self.mapper.close()
 
-
-__all__ = ["XMLRPC_TIMEOUT_S", "TopicLinkReporter", "link_msg", "parse_host_aliases"]

@@ -95,6 +95,13 @@ def own_names(self_peer: Optional[object], fqdn: str = "", others: Iterable[obje
     return [n for i, n in enumerate(names) if n and n not in names[:i]]
 
 
+def wanted_entries(self_peer: Optional[object], fqdn: str, peers: Sequence[object]) -> List[Entry]:
+    """The block's entries for a status: this machine's names (:func:`own_names`) -> loopback, every
+    other machine -> its overlay addresses (:func:`entries_for`); names as tuples, so two lists
+    compare equal exactly when the block would be the same."""
+    return [(a, tuple(n)) for a, n in entries_for(peers, own_names(self_peer, fqdn, peers))]
+
+
 def newline_of(content: bytes) -> bytes:
     """The file's line ending: CRLF when its first line ends in CRLF, else LF."""
     first = content.find(b"\n")
@@ -199,16 +206,15 @@ def _update(path: str, make: Callable[[bytes], bytes]) -> bool:
 class ManagedHosts:
     """The managed block of one hosts file, kept in step with the tailnet (split horizon): this
     machine's own names -> loopback, so its own ROS graph never depends on tailscaled; every
-    other machine -> its overlay addresses. Written only when the entries change."""
+    other machine -> its overlay addresses (:func:`wanted_entries`). Written only when the
+    entries change. One thread uses it (the node's overlay-hosts)."""
 
     def __init__(self, path: str) -> None:
         self.path = path
-        self._entries: Optional[List[Tuple[str, Tuple[str, ...]]]] = None  # last written
+        self._entries: Optional[List[Entry]] = None  # last written
 
-    def update(self, self_peer: Optional[object], fqdn: str, peers: Sequence[object]) -> str:
-        """Write the block for these peers if it changed; returns the error ("" = ok)."""
-        own = own_names(self_peer, fqdn, peers)
-        entries = [(a, tuple(n)) for a, n in entries_for(peers, own)]
+    def write(self, entries: List[Entry]) -> str:
+        """Write the block with these entries if they changed; returns the error ("" = ok)."""
         if entries == self._entries:
             return ""
         try:

@@ -164,11 +164,6 @@ class Worker:
         if self._thread.is_alive():
             self._thread.join(timeout_s)
 
-    @property
-    def stopping(self) -> bool:
-        """stop() was called."""
-        return self._stop.is_set()
-
     def _run(self) -> None:
         try:
             while not self._stop.is_set():

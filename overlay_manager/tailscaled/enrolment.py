@@ -7,7 +7,8 @@ import time
 from dataclasses import dataclass
 from typing import Dict, Optional
 
-from overlay_manager.core.config import ConfigError, RobotConfig, require_config_file
+from overlay_manager.core.config import RobotConfig, require_config_file
+from overlay_manager.core.validation.errors import ConfigError
 from overlay_manager.tailscaled.localapi import (
     BUNDLE_FIX,
     ENROL_CERTIFICATE,

@@ -32,8 +32,9 @@ import yaml
 
 from overlay_manager.fleet import deploy as deploy_mod
 from overlay_manager.fleet.bundle import read_key_record, write_bundle
-from overlay_manager.fleet.config import FleetConfig, FleetError, load_fleet
+from overlay_manager.fleet.config import load_fleet
 from overlay_manager.fleet.deploy import Deployment, apply_policy, init_deployment
+from overlay_manager.fleet.model import FleetConfig, FleetError
 from overlay_manager.fleet.ops import fleet_status, revoke, rotate
 from overlay_manager.system import (
     children,

@@ -54,7 +54,8 @@ def test_renew_cert_keeps_machines_connected(server: Server) -> None:  # noqa: F
     out = server.root / "bundles" / HOST
     config = write_bundle(server.dep, server.fleet, HOST, out, overrides={
         "tailscale": {"socket": str(ts.socket), "cli": str(TAILSCALE), "up_timeout": 30.0}})
-    env = {"PATH": "/usr/bin:/bin", "HOME": os.environ.get("HOME", "/root")}
+    env = {"PATH": "/usr/bin:/bin", "HOME": os.environ.get("HOME", "/root"),
+           "PYTHONPATH": os.environ.get("PYTHONPATH", "")}  # the workspace's (devel space)
     enrol = subprocess.run(["/usr/bin/python3", str(REPO / "scripts" / "overlay_env"), "--config", str(config),
                             "--enrol"], capture_output=True, text=True, env=env, timeout=120, check=False)
     assert enrol.returncode == 0, enrol.stderr

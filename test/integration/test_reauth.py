@@ -29,7 +29,8 @@ HOST = "alpha-robot2"
 
 
 def overlay_env(config: Path, *args: str) -> subprocess.CompletedProcess:
-    env = {"PATH": "/usr/bin:/bin", "HOME": os.environ.get("HOME", "/root")}
+    env = {"PATH": "/usr/bin:/bin", "HOME": os.environ.get("HOME", "/root"),
+           "PYTHONPATH": os.environ.get("PYTHONPATH", "")}  # the workspace's (devel space)
     return subprocess.run(["/usr/bin/python3", str(REPO / "scripts" / "overlay_env"), "--config", str(config),
                            *args], capture_output=True, text=True, env=env, timeout=120, check=False)
 

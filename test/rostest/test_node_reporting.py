@@ -9,9 +9,10 @@ import pytest
 
 from overlay_manager.core.config import apply_overrides, load_robot_config
 from overlay_manager.core.levels import Level
-from overlay_manager.core.peers import PeerState
+from overlay_manager.core.peers import PathChangeEvent, PeerState
 from overlay_manager.monitor.overlay_monitor import OverlayMonitor
 from overlay_manager.ros import node as N
+from overlay_manager.ros.messages import path_change_msg, peer_msg, status_key
 from overlay_manager.system.workers import Worker
 from overlay_manager.tailscaled.localapi import LocalAPI
 from overlay_manager.testing.tsfake import FakeTailscaled
@@ -36,13 +37,14 @@ class FakePub:
 
 
 @pytest.fixture
-def rig(monkeypatch, tmp_path):
+def rig(request, monkeypatch, tmp_path):
+    """(fake tailscaled, node with start=False); node settings from the test's indirect parameter."""
     monkeypatch.setattr(N.rospy, "Publisher", FakePub)
     monkeypatch.setattr(N.rospy, "Service", lambda *a, **k: None)
     monkeypatch.setattr(N.rospy.Time, "now", staticmethod(lambda: rospy.Time.from_sec(time.time())))
     fake = FakeTailscaled()
-    cfg = apply_overrides(load_robot_config(EXAMPLE), {"hosts_file": str(tmp_path / "hosts"),
-                                                       "iperf_server": False}, "test")
+    cfg = apply_overrides(load_robot_config(EXAMPLE), {"hosts_file": str(tmp_path / "hosts"), "iperf_server": False,
+                                                       **getattr(request, "param", {})}, "test")
     logged = []
     m = OverlayMonitor(cfg, LocalAPI(fake.socket_path), env={})
     n = N.OverlayNode(m, lambda level, text: logged.append((level, text)), start=False)
@@ -118,6 +120,31 @@ def test_a_failing_thread_is_a_fault_in_status_and_diagnostics(rig):
     assert threads.level == Level.WARN and "overlay-test" in threads.message
 
 
+@pytest.mark.parametrize("rig", [{"manage_hosts": True}], indirect=True)
+def test_hosts_block_written_after_a_read_failure_on_diagnostics(rig, tmp_path):
+    """manage_hosts: the monitor computes the entries, the node's overlay-hosts step writes them
+    after a read; a hosts file that cannot be written is the overlay entry's WARN on /diagnostics
+    until a write succeeds."""
+    fake, n = rig
+    hosts = tmp_path / "hosts"
+    hosts.mkdir()                                         # cannot be replaced by a file
+
+    def cycle():
+        n._poll_cycle()
+        n._hosts_cycle()
+        out = _cycle(n, periodic=True)
+        return next(s for s in out["/diagnostics"][0].status if s.name.endswith(": overlay"))
+
+    overlay = cycle()
+    assert overlay.level == 1 and overlay.message.startswith(f"{hosts}: cannot update"), overlay.message
+    assert n.m.hosts_error == overlay.message
+    hosts.rmdir()
+    overlay = cycle()
+    assert n.m.hosts_error == "" and not overlay.message.startswith(str(hosts))
+    text = hosts.read_text()
+    assert "100.64.0.2 robotb.fleet.internal robotb" in text and "127.0.1.1 robota.fleet.internal robota" in text
+
+
 def test_unserializable_message_is_reported_not_fatal(rig):
     fake, n = rig
     _cycle(n, periodic=True)
@@ -138,10 +165,19 @@ def test_unserializable_message_is_reported_not_fatal(rig):
 def test_peer_msg_clamps_what_does_not_fit():
     p = PeerState("x", "x.fleet.internal", ("100.64.0.9",), True, True, "direct", rx_bytes=2 ** 70,
                   tx_bytes=-4, last_handshake=1e300, last_seen=float("nan"))
-    m = N.peer_msg(p)
+    m = peer_msg(p)
     import io
     m.serialize(io.BytesIO())
     assert m.rx_bytes == 2 ** 64 - 1 and m.tx_bytes == 0 and m.last_handshake.to_sec() == 0
+
+
+def test_path_change_msg_carries_the_peer_and_both_paths():
+    p = PeerState(name="r2", dns_name="r2.fleet.internal", addresses=("100.64.0.7",), online=True, active=True,
+                  path="peer-relay", endpoint="10.0.0.7:40000", relay_region="fra", relay_vni=7, derp_region="")
+    m = path_change_msg(rospy.Time(5), PathChangeEvent(p, "derp", "peer-relay"))
+    assert (m.header.stamp, m.peer, m.dns_name, m.old_path, m.new_path, m.endpoint, m.relay_region,
+            m.relay_vni, m.derp_region) == (rospy.Time(5), "r2", "r2.fleet.internal", "derp", "peer-relay",
+                                            "10.0.0.7:40000", "fra", 7, "")
 
 
 def test_status_key_ignores_stamp_and_age_only():
@@ -149,9 +185,9 @@ def test_status_key_ignores_stamp_and_age_only():
     a.status_age, b.status_age = math.nan, 12.5
     b.header.stamp = rospy.Time(100)
     a.nat.preferred_derp_latency_ms = b.nat.preferred_derp_latency_ms = math.nan
-    assert N.status_key(a) == N.status_key(b)
+    assert status_key(a) == status_key(b)
     b.stale = True
-    assert N.status_key(a) != N.status_key(b)
+    assert status_key(a) != status_key(b)
 
 
 def test_relay_port_out_of_range_does_not_stop_status(rig):

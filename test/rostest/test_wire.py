@@ -1,5 +1,5 @@
-"""Messages serialized once per element (wire.py, from the peer rows of peer_rows.py) are the same
-bytes on the wire as genpy's, and the node's report builders reuse what did not change."""
+"""Messages serialized once per element (ros/wire.py, from the peer rows of monitor/peer_rows.py) are
+the same bytes on the wire as genpy's, and the node's report builders reuse what did not change."""
 import io
 import math
 import os

@@ -30,8 +30,9 @@ from typing import Any, Callable, Dict, Iterator, List, Optional
 
 import pytest
 
-from overlay_manager.lab import Lab, missing_prerequisites
 from overlay_manager.lab.campus import robots
+from overlay_manager.lab.campus.core import Lab
+from overlay_manager.lab.campus.layout import missing_prerequisites
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -19,8 +19,8 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from overlay_manager.core.ros_names import overlay_node
 from overlay_manager.core.stats import percentile
-from overlay_manager.lab import Lab
 from overlay_manager.lab.campus import robots
+from overlay_manager.lab.campus.core import Lab
 
 Event = Dict[str, Any]
 Step = Tuple[str, Callable[[], None]]

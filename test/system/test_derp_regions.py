@@ -34,6 +34,7 @@ from typing import Any, Dict, List
 import pytest
 
 from overlay_manager.core.levels import Level
+from overlay_manager.core.ros_names import overlay_node
 from overlay_manager.lab.campus import robots
 from overlay_manager.lab.campus.derp_outage import home_region, run_outage
 from overlay_manager.lab.campus.system import wait_for
@@ -50,7 +51,7 @@ MIN_HZ = 15.0           # camera rate that counts as flowing (30 Hz sent, 320x24
                         # relayed rate dips when other work shares the 2 cores)
 HEADSCALE_BOUND_S = 10.0  # camera back at MIN_HZ after headscale stops (goal: no dip at all)
 RESUME_BOUND_S = 20.0   # camera back at MIN_HZ after a derper is killed
-NODES = [robots.overlay_node(OP), robots.overlay_node(MASTER)]   # whose ~peers/~path_changes are recorded
+NODES = [overlay_node(OP), overlay_node(MASTER)]   # whose ~peers/~path_changes are recorded
 MEASURED: Dict[str, Any] = {}
 
 
@@ -85,7 +86,7 @@ def campus(lab_factory):
 def test_link_is_relayed_through_a_fleet_region(campus):
     lab, _ = campus
     robots.peers(lab, OP, where=f"any(p['name'] == {MASTER!r} and p['path'] == 'derp' for p in m['peers'])",
-                 timeout=60, node=robots.overlay_node(OP))
+                 timeout=60, node=overlay_node(OP))
     cli = lab.ping(OP, MASTER, count=3, until_direct=False)
     homes = {h: home_region(lab, h) for h in (MASTER, OP)}
     MEASURED["homes"] = homes
@@ -99,14 +100,14 @@ def test_link_is_relayed_through_a_fleet_region(campus):
     # the nodes name the region of the relayed link, and list every region's latency
     want = NAMES[_peer(lab, OP, MASTER)["Relay"]]
     msg = robots.peers(lab, OP, where=f"any(p['name'] == {MASTER!r} and p['derp_region'] == {want!r} "
-                                      "for p in m['peers'])", timeout=30, node=robots.overlay_node(OP))
+                                      "for p in m['peers'])", timeout=30, node=overlay_node(OP))
     st = robots.status(lab, OP, where="set(m['nat']['region_codes']) == {'east', 'west'}", timeout=90,
-                       node=robots.overlay_node(OP))
+                       node=overlay_node(OP))
     MEASURED["op_region_latency_ms"] = dict(zip(st["nat"]["region_codes"], st["nat"]["region_latency_ms"]))
     assert st["nat"]["preferred_derp_name"] in NAMES.values(), st["nat"]
     assert [p for p in msg["peers"] if p["name"] == DERPERS["east"]], msg
     # east-derp's node reports its derper
-    node = robots.overlay_node(DERPERS["east"])
+    node = overlay_node(DERPERS["east"])
     st = robots.status(lab, DERPERS["east"], where="m['derper_listening'] and m['derper_clients'] >= 2",
                        timeout=60, node=node)
     MEASURED["east_derper_status"] = st["derper_summary"]
@@ -154,8 +155,8 @@ def test_region_derper_killed_clients_rehome_camera_resumes(campus):
     assert _peer(lab, MASTER, OP).get("Relay") == other, _peer(lab, MASTER, OP)
     # alpha-robot1's node names the region the link moved to
     robots.peers(lab, MASTER, where=f"any(p['name'] == {OP!r} and p['derp_region'] == {NAMES[other]!r} "
-                                    "for p in m['peers'])", timeout=30, node=robots.overlay_node(MASTER))
-    moved = [e for e in out.changes if e["node"] == robots.overlay_node(MASTER) and e["peer"] == OP
+                                    "for p in m['peers'])", timeout=30, node=overlay_node(MASTER))
+    moved = [e for e in out.changes if e["node"] == overlay_node(MASTER) and e["peer"] == OP
              and e["old"] == "derp" and e["new"] == "derp" and e["derp_region"] == NAMES[other]]
     assert moved, m["path_changes"]
     # the region came back and the camera kept flowing after it

@@ -21,9 +21,10 @@ from typing import Callable, Iterator
 
 import pytest
 
-from overlay_manager.lab import Impairment, Lab
 from overlay_manager.lab.campus import system
-from overlay_manager.lab.campus.core import RUN_ROOT
+from overlay_manager.lab.campus.core import Lab
+from overlay_manager.lab.campus.layout import RUN_ROOT
+from overlay_manager.lab.campus.spec_model import Impairment
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -209,7 +210,7 @@ def test_lab_down_removes_leftovers_after_a_crash(lab_required: None) -> None:
     run_id = "crash" + os.urandom(1).hex()
     code = (
         "import sys, os, signal\n"
-        "from overlay_manager.lab import Lab\n"
+        "from overlay_manager.lab.campus.core import Lab\n"
         f"lab = Lab({SMALL_SPEC!r}, run_id={run_id!r})\n"
         "lab.up()\n"
         "print('UP', flush=True)\n"

@@ -25,7 +25,7 @@ import pytest
 
 from overlay_manager.core.ros_names import overlay_node
 from overlay_manager.lab.campus import camera_streams, robots
-from overlay_manager.lab.campus.spec import Impairment
+from overlay_manager.lab.campus.spec_model import Impairment
 
 ROBOT, LAPTOP, B1 = "alpha-robot1", "alpha-laptop", "b1"
 N_ROBOT, N_LAPTOP = overlay_node(ROBOT), overlay_node(LAPTOP)

@@ -199,9 +199,11 @@ def test_firewall_errors_name_the_fix(net: Net) -> None:
     assert bad.returncode == 1 and "give a TCP port" in bad.stderr, bad.stderr
     bad = net.overlay_env("--rosbridge-firewall", "9090", "--overlay-interface", 'x" accept', check=False)
     assert bad.returncode == 1 and "not an interface name" in bad.stderr, bad.stderr
-    # not root: nft refuses, and the message says what to do
-    proc = net.ns(net.robot, "setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", PY,
-                  str(REPO / "scripts" / "overlay_env"), "--rosbridge-firewall", "9090", check=False)
+    # not root: nft refuses, and the message says what to do (nobody cannot read a devel space
+    # under /root: the clone itself is its Python path)
+    proc = net.ns(net.robot, "setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", "env",
+                  f"PYTHONPATH={REPO}", PY, str(REPO / "scripts" / "overlay_env"), "--rosbridge-firewall", "9090",
+                  check=False)
     assert proc.returncode == 1 and "sudo" in proc.stderr, proc.stderr
     assert "overlay_manager" not in net.ns(net.robot, "nft", "list", "tables").stdout
 

@@ -62,3 +62,57 @@ def test_a_missing_path_is_caught():
     assert not exists("overlay_manager/no_such_module.py")
     assert not exists("peers.py")  # a module is named with its layer folder
     assert exists("core/peers.py") and exists("lab/") and exists("src/link_aware_stream.cpp")
+
+
+# ----- every doc: the package's own paths and module names ------------------------------------
+DOCS = [ROOT / "README.md", ROOT / "CHANGELOG.rst"] + sorted((ROOT / "docs").glob("*.md"))
+PACKAGE_PATH = re.compile(r"(?<![\w/.])overlay_manager/[a-z_][\w/]*(?:\.py)?")  # not overlay_manager/Peer (a type)
+MODULE_NAME = re.compile(r"(?<![\w/.])overlay_manager(?:\.[a-z_]\w*)+")
+NOT_MODULES = ("overlay_manager.msg", "overlay_manager.srv", "overlay_manager.conf")
+"""Dotted names that are no Python module of the tree: the generated messages, a file name."""
+
+
+def module_exists(dotted: str) -> bool:
+    """overlay_manager.a.b[.name]: a package or module of the tree, or a name inside a module."""
+    if dotted.startswith(NOT_MODULES):
+        return True
+    parts = dotted.split(".")
+    for k in range(len(parts), 1, -1):
+        p = ROOT.joinpath(*parts[:k])
+        if p.with_suffix(".py").exists():
+            return k >= len(parts) - 1  # the module or a name inside it, not a module path that is gone
+        if (p / "__init__.py").exists():  # a package: itself, or a name its __init__ defines
+            return k == len(parts) or (k == len(parts) - 1
+                                       and re.search(rf"\b{parts[-1]}\b", (p / "__init__.py").read_text()) is not None)
+    return False
+
+
+def doc_names() -> List[str]:
+    """'doc: name' for every package path and dotted module name in a code span of a doc (the
+    changelog's "``old`` -> ``new``" lines name old modules on purpose: only new names are checked)."""
+    out = set()
+    for doc in DOCS:
+        for line in doc.read_text(encoding="utf-8").splitlines():
+            if doc.suffix == ".rst":
+                line = re.sub(r"``[^`]+``\s*->", "", line)  # an old name, on purpose
+            for span in re.findall(r"`+([^`]+)`+", line):
+                out.update(f"{doc.name}: {m}" for m in PACKAGE_PATH.findall(span) + MODULE_NAME.findall(span))
+    return sorted(out)
+
+
+def test_the_docs_name_modules():
+    assert len(doc_names()) > 20
+
+
+@pytest.mark.parametrize("entry", doc_names())
+def test_doc_names_a_module_of_the_tree(entry):
+    doc, name = entry.split(": ", 1)
+    found = module_exists(name) if "/" not in name else (ROOT / name.rstrip("/")).exists()
+    assert found, f"{doc} names {name}, which is not in the tree (write the module's path in its layer folder)"
+
+
+def test_an_old_module_name_is_caught():
+    assert not module_exists("overlay_manager.monitor.poll")          # a name in a package, not a module
+    assert not module_exists("overlay_manager.peers.PeerState")       # the module moved to core/
+    assert module_exists("overlay_manager.core.peers.PeerState") and module_exists("overlay_manager.lab.campus.core")
+    assert module_exists("overlay_manager.core.validation.ConfigError")  # the package names it

@@ -5,7 +5,8 @@ import shutil
 import pytest
 import yaml
 
-from overlay_manager.core.config import ConfigError, apply_overrides, load_robot_config
+from overlay_manager.core.config import apply_overrides, load_robot_config
+from overlay_manager.core.validation.errors import ConfigError
 
 ROOT = os.path.join(os.path.dirname(__file__), "..", "..")
 EXAMPLE = os.path.join(ROOT, "config", "robot.example.yaml")

@@ -1,4 +1,4 @@
-"""Pure dashboard logic: formatting (format.py) and model state (state.py). No Qt, no ROS."""
+"""Pure dashboard logic: formatting (dashboard/text.py) and model state (dashboard/state.py). No Qt, no ROS."""
 
 from __future__ import annotations
 

@@ -4,6 +4,7 @@ re-homes), the per-region latency of the NAT check, and the derper host's report
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 from overlay_manager.core import nat as N
 from overlay_manager.core import peers as P
@@ -40,7 +41,7 @@ def test_derp_region_named_only_on_derp_links() -> None:
     assert all(x is y for x, y in zip(again.peers, s.peers))  # unchanged peers keep their objects
     blinded = P.blind(s, daemon_gone=True)
     assert all(p.derp_region == "" for p in blinded.peers)
-    assert P.peer_fingerprint(s.peers[0]) != P.peer_fingerprint(P.replace(s.peers[0], derp_region="x"))
+    assert P.peer_fingerprint(s.peers[0]) != P.peer_fingerprint(replace(s.peers[0], derp_region="x"))
 
 
 def test_rehome_within_derp_is_a_path_change() -> None:

@@ -9,13 +9,9 @@ from typing import Any, Dict
 import pytest
 from fleet_files import fleet_data
 
-from overlay_manager.fleet.config import (
-    ConfigError,
-    FleetError,
-    load_fleet,
-    load_fleet_dict,
-    parse_duration,
-)
+from overlay_manager.core.validation.errors import ConfigError
+from overlay_manager.fleet.config import load_fleet, load_fleet_dict, parse_duration
+from overlay_manager.fleet.model import FleetError
 
 REPO = Path(__file__).resolve().parents[2]
 

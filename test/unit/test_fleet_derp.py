@@ -248,7 +248,8 @@ def test_lab_spec_derp_and_fleet_file() -> None:
 
     from overlay_manager.lab.campus.control import fleet_dict
     from overlay_manager.lab.campus.naming import Names
-    from overlay_manager.lab.campus.spec import DerpRegionSpec, parse_spec, spec_to_dict
+    from overlay_manager.lab.campus.spec import parse_spec, spec_to_dict
+    from overlay_manager.lab.campus.spec_model import DerpRegionSpec
 
     spec = parse_spec(copy.deepcopy(LAB), "lab.yaml")
     assert not spec.derp.embedded

@@ -140,7 +140,7 @@ def test_existing_non_deployment_directory_gets_the_files(tmp_path: Path) -> Non
 
 
 def test_corrupt_deployment_json_is_a_clear_error(tmp_path: Path) -> None:
-    from overlay_manager.fleet.config import FleetError
+    from overlay_manager.fleet.model import FleetError
     (tmp_path / "deployment.json").write_bytes(b"\xff\xfe")
     with pytest.raises(FleetError, match="corrupt"):
         Deployment.open(tmp_path, HEADSCALE)

@@ -10,9 +10,10 @@ import pytest
 import yaml
 
 from overlay_manager.fleet import policy
-from overlay_manager.fleet.config import FleetError, load_fleet, load_fleet_dict
+from overlay_manager.fleet.config import load_fleet, load_fleet_dict
 from overlay_manager.fleet.deploy import Deployment, headscale_config
 from overlay_manager.fleet.headscale import HeadscaleCLI, parse_time
+from overlay_manager.fleet.model import FleetError
 
 REPO = Path(__file__).resolve().parents[2]
 

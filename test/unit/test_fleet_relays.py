@@ -155,7 +155,8 @@ LAB = {
 
 
 def test_lab_spec_relays_and_modes() -> None:
-    from overlay_manager.lab.campus.spec import RelaySpec, parse_nat_kind, parse_spec, spec_to_dict
+    from overlay_manager.lab.campus.spec import parse_spec, spec_to_dict
+    from overlay_manager.lab.campus.spec_model import RelaySpec, parse_nat_kind
 
     spec = parse_spec(copy.deepcopy(LAB), "lab.yaml")
     assert spec.relays == {"relay1": RelaySpec("relay1", 41000, ())}

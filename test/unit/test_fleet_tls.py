@@ -16,8 +16,9 @@ import pytest
 import yaml
 
 from overlay_manager.fleet import tls
-from overlay_manager.fleet.config import FleetError, load_fleet
+from overlay_manager.fleet.config import load_fleet
 from overlay_manager.fleet.deploy import Deployment, cert_notices, init_deployment, renew_server_cert
+from overlay_manager.fleet.model import FleetError
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -118,7 +118,32 @@ def test_split_horizon_own_names_to_loopback_others_to_overlay():
                                       ("fd7a:115c:a1e0::2", ["robot2.fleet.internal", "robot2"])]
 
 
+def test_wanted_entries_are_own_names_then_others_as_tuples():
+    me = _P("robot1", "robot1.fleet.internal.", ("100.64.0.1",))
+    other = _P("robot2", "robot2.fleet.internal.", ("100.64.0.2",))
+    assert H.wanted_entries(me, "robot1.fleet.internal", [me, other]) == [
+        (H.LOOPBACK, ("robot1.fleet.internal", "robot1")), ("100.64.0.2", ("robot2.fleet.internal", "robot2"))]
+
+
 # ----- the writer ------------------------------------------------------------------------------
+def test_managed_hosts_writes_only_changes_and_returns_errors(tmp_path):
+    """ManagedHosts (the node's overlay-hosts thread): a write only when the entries change; a
+    failure comes back as one line naming the file, and the same entries are tried again."""
+    p = tmp_path / "hosts"
+    p.write_bytes(OUTSIDE)
+    kept = H.ManagedHosts(str(p))
+    entries = [("100.64.0.2", ("robot2.fleet.internal", "robot2"))]
+    assert kept.write(entries) == ""
+    assert p.read_bytes() == OUTSIDE + _block(entries)
+    p.write_bytes(OUTSIDE)                                   # not rewritten: the entries did not change
+    assert kept.write(list(entries)) == "" and p.read_bytes() == OUTSIDE
+    bad = H.ManagedHosts(str(tmp_path / "missing-dir" / "hosts"))
+    error = bad.write(entries)
+    assert error.startswith(str(tmp_path / "missing-dir" / "hosts") + ": cannot update")
+    (tmp_path / "missing-dir").mkdir()
+    assert bad.write(entries) == "" and (tmp_path / "missing-dir" / "hosts").read_bytes() == _block(entries)
+
+
 def test_plain_file_is_replaced_by_rename_keeping_mode_unchanged_skip(tmp_path):
     p = tmp_path / "hosts"
     p.write_bytes(OUTSIDE)

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import unittest
 
-from overlay_manager.lab.campus.core import parse_ping_output
 from overlay_manager.lab.campus.errors import LabError
 from overlay_manager.lab.campus.naming import (
     IFNAME_MAX,
@@ -13,6 +12,7 @@ from overlay_manager.lab.campus.naming import (
     run_id_of_namespace,
 )
 from overlay_manager.lab.campus.spec import parse_spec
+from overlay_manager.lab.campus.tailscaled import parse_ping_output
 
 SPEC = parse_spec({"buildings": {
     "b1": {"nat": "eim", "hosts": ["robot1", "robot2"]},

@@ -12,7 +12,7 @@ import unittest
 
 from overlay_manager.lab.campus import impair
 from overlay_manager.lab.campus.nft import actions_ruleset, router_ruleset
-from overlay_manager.lab.campus.spec import Impairment, nat_kind_names, parse_nat_kind
+from overlay_manager.lab.campus.spec_model import Impairment, nat_kind_names, parse_nat_kind
 
 WAN, CTL, STUN = "10.231.0.10", "10.231.0.2", 3478
 

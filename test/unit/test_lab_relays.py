@@ -10,7 +10,7 @@ import subprocess
 import pytest
 
 from overlay_manager.lab.campus.nft import router_ruleset
-from overlay_manager.lab.campus.spec import parse_nat_kind
+from overlay_manager.lab.campus.spec_model import parse_nat_kind
 
 WAN, CTL, STUN = "10.231.0.10", "10.231.0.2", 3478
 RELAYS = [("10.231.12.10", 40000), ("10.231.13.10", 41000)]
@@ -54,7 +54,7 @@ def test_nft_accepts(kind: str) -> None:
 
 
 def test_matrix_model_with_relay() -> None:
-    from overlay_manager.lab.matrix.run import expected, expected_with_relay
+    from overlay_manager.lab.matrix.model import expected, expected_with_relay
 
     assert expected("adpm-adpf", "adpm-adpf")[0] == "derp"
     assert expected_with_relay("adpm-adpf", "adpm-adpf")[0] == "peer-relay"
@@ -68,7 +68,8 @@ def test_matrix_model_with_relay() -> None:
 
 def test_matrix_relay_spec_and_report() -> None:
     from overlay_manager.lab.campus.spec import parse_spec
-    from overlay_manager.lab.matrix.run import RELAY_KINDS, cells, matrix_spec, render_relay_markdown
+    from overlay_manager.lab.matrix.model import RELAY_KINDS, cells, matrix_spec
+    from overlay_manager.lab.matrix.run import render_relay_markdown
 
     spec = parse_spec(matrix_spec(relay=True), "nat_matrix_relay")
     assert list(spec.relays) == ["relay"] and spec.building("campus").nat.public

@@ -5,16 +5,9 @@ import tempfile
 import unittest
 from pathlib import Path
 
-from overlay_manager.lab.campus.spec import (
-    Impairment,
-    NatKind,
-    SpecError,
-    load_spec,
-    nat_kind_names,
-    parse_nat_kind,
-    parse_spec,
-    spec_to_dict,
-)
+from overlay_manager.lab.campus.errors import SpecError
+from overlay_manager.lab.campus.spec import load_spec, parse_spec, spec_to_dict
+from overlay_manager.lab.campus.spec_model import Impairment, NatKind, nat_kind_names, parse_nat_kind
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -9,6 +9,7 @@ import os
 
 from overlay_manager.core import peers as P
 from overlay_manager.core.config import apply_overrides, load_robot_config
+from overlay_manager.core.json_fields import UINT64_MAX
 from overlay_manager.monitor.overlay_monitor import OverlayMonitor
 from overlay_manager.monitor.readings import ERROR, WARN
 from overlay_manager.tailscaled.localapi import LocalAPI
@@ -111,7 +112,7 @@ def test_huge_counters_are_clamped_with_one_warning_per_peer_and_field(fake_tail
     fake_tailscaled.mode = "huge"  # RxBytes 1e400, TxBytes 2^70 as literal JSON numbers
     m.poll()
     peer = m.find("robotb")
-    assert not m.freshness().stale and peer.rx_bytes == 0 and peer.tx_bytes == P.UINT64_MAX
+    assert not m.freshness().stale and peer.rx_bytes == 0 and peer.tx_bytes == UINT64_MAX
     warnings = m.take_warnings()
     assert len(warnings) == 2, warnings
     rx, tx = sorted(warnings)

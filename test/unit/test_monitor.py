@@ -98,15 +98,22 @@ def test_tailscaled_gone_is_error_and_peers_go_offline(fake_tailscaled, tmp_path
     m.close()
 
 
-def test_manage_hosts_writes_block(fake_tailscaled, tmp_path):
+def test_manage_hosts_entries_computed_not_written(fake_tailscaled, tmp_path):
+    """The monitor computes the hosts block's entries; it never writes the file (the node does)."""
     m = _monitor(fake_tailscaled, tmp_path, manage_hosts=True)
+    assert m.hosts_entries() is None                      # nothing read yet
     m.poll()
-    text = (tmp_path / "hosts").read_text()
-    assert text.startswith("127.0.0.1 localhost\n")
+    assert (tmp_path / "hosts").read_text() == "127.0.0.1 localhost\n"
     # split horizon: this machine (robota) -> loopback, the other machine -> its overlay address
-    assert "100.64.0.2 robotb.fleet.internal robotb" in text and "127.0.1.1 robota.fleet.internal robota" in text
-    assert "100.64.0.1 " not in text
+    entries = m.hosts_entries()
+    assert ("100.64.0.2", ("robotb.fleet.internal", "robotb")) in entries
+    assert entries[0][0] == "127.0.1.1" and entries[0][1][:2] == ("robota.fleet.internal", "robota")
+    assert not [e for e in entries if e[0] == "100.64.0.1"]
     m.close()
+    off = _monitor(fake_tailscaled, tmp_path)              # node.manage_hosts false
+    off.poll()
+    assert off.snapshot is not None and off.hosts_entries() is None
+    off.close()
 
 
 def test_measure_link_unknown_peer_is_clean_failure(fake_tailscaled, tmp_path):

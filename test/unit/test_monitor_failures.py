@@ -119,6 +119,24 @@ def test_stale_by_age_when_nobody_polls(fake_tailscaled, tmp_path):
     m.close()
 
 
+def test_poll_interval_sets_when_the_status_turns_stale(fake_tailscaled, tmp_path):
+    """The node says how often it reads (slower while the IPN bus is open): three missed reads,
+    1.5 s at least, make the status stale."""
+    now = [100.0]
+    m = _monitor(fake_tailscaled, tmp_path)
+    m.clock = lambda: now[0]
+    assert m.stale_after_s == max(3.0 / m.cfg.node.poll_rate, 1.5)
+    m.set_poll_interval(2.0)
+    m.poll()
+    now[0] += 5.9
+    assert not m.freshness().stale
+    now[0] += 0.2
+    assert m.freshness().stale and "not read for more than 6.0 s" in m.freshness().error
+    m.set_poll_interval(0.1)
+    assert m.stale_after_s == 1.5
+    m.close()
+
+
 def test_freshness_changes_at_names_the_moment_it_turns_stale(fake_tailscaled, tmp_path):
     """The reporting thread sleeps until freshness_changes_at: at that moment (and not before)
     freshness turns stale, for an aging answer and for a read that hangs."""

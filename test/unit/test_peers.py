@@ -3,6 +3,7 @@ import math
 
 from overlay_manager.core import nat as N
 from overlay_manager.core import peers as P
+from overlay_manager.core.json_fields import parse_time
 from overlay_manager.testing.tsfake import recorded
 
 
@@ -61,9 +62,9 @@ def test_missing_and_odd_fields_do_not_raise():
 
 
 def test_parse_time_handles_go_nanoseconds_and_zero():
-    assert P.parse_time("0001-01-01T00:00:00Z") == 0.0
-    assert abs(P.parse_time("2026-11-22T00:55:20.123456789Z") - 1795308920.123456) < 1e-3
-    assert P.parse_time(None) == 0.0
+    assert parse_time("0001-01-01T00:00:00Z") == 0.0
+    assert abs(parse_time("2026-11-22T00:55:20.123456789Z") - 1795308920.123456) < 1e-3
+    assert parse_time(None) == 0.0
 
 
 def test_find_by_short_fqdn_ip():

@@ -54,7 +54,7 @@ def test_env_file_written_and_untouched_on_failure(tmp_path, capsys):
 
 def _shell(snippet: str, config: str) -> subprocess.CompletedProcess:
     env = {"PATH": "/usr/bin:/bin", "OVERLAY_ENV": f"/usr/bin/python3 {SCRIPT} --config {config}",
-           "ROS_MASTER_URI": "http://old:11311"}
+           "ROS_MASTER_URI": "http://old:11311", "PYTHONPATH": os.environ.get("PYTHONPATH", "")}  # the workspace
     return subprocess.run(["bash", "-c", snippet], capture_output=True, text=True, env=env, check=False)
 
 

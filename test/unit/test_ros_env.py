@@ -44,8 +44,11 @@ def test_missing_config_is_exit_2_with_hint(capsys, tmp_path):
 
 
 def test_script_runs_directly_and_evals_in_a_shell():
+    """scripts/overlay_env from the clone, with nothing but the workspace's Python path (the
+    devel space, as after sourcing its setup.bash)."""
+    env = {"PATH": "/usr/bin:/bin", "ROS_IP": "10.0.0.1", "PYTHONPATH": os.environ.get("PYTHONPATH", "")}
     out = subprocess.run(
         ["bash", "-c", f'eval "$(/usr/bin/python3 {ROOT}/scripts/overlay_env --config {EXAMPLE})" '
                        '&& echo "$ROS_HOSTNAME $ROS_MASTER_URI ${ROS_IP-unset}"'],
-        capture_output=True, text=True, env={"PATH": "/usr/bin:/bin", "ROS_IP": "10.0.0.1"}, check=True)
+        capture_output=True, text=True, env=env, check=True)
     assert out.stdout.strip() == "alpha-robot1.fleet.internal http://alpha-robot1.fleet.internal:11311 unset"

@@ -1,9 +1,11 @@
-"""Split horizon in the node's logic: the hosts block it writes and the own-name preflight check."""
+"""Split horizon in the node's logic: the hosts block (entries from the monitor, written by the
+node's overlay-hosts step through ManagedHosts) and the own-name preflight check."""
 import os
 
 from overlay_manager.core.config import apply_overrides, load_robot_config
 from overlay_manager.monitor import overlay_monitor as M
 from overlay_manager.system import probes
+from overlay_manager.system.hosts import ManagedHosts
 from overlay_manager.tailscaled.localapi import LocalAPI
 
 EXAMPLE = os.path.join(os.path.dirname(__file__), "..", "..", "config", "robot.example.yaml")
@@ -42,10 +44,19 @@ def test_own_name_elsewhere_or_nowhere_fails_with_a_hint(fake_tailscaled, tmp_pa
     assert not c.ok and "does not resolve" in c.message
 
 
+def _poll_and_write(m, kept):
+    """One poll, then what the node's overlay-hosts step does with the reading."""
+    m.poll()
+    entries = m.hosts_entries()
+    if entries is not None:
+        m.hosts_error = kept.write(entries)
+
+
 def test_hosts_block_written_by_the_node_logic_is_split_horizon(fake_tailscaled, tmp_path):
     m = _monitor(fake_tailscaled, tmp_path)
     try:
-        m.poll()
+        _poll_and_write(m, ManagedHosts(str(tmp_path / "hosts")))
+        assert m.hosts_error == ""
     finally:
         m.close()
     lines = (tmp_path / "hosts").read_bytes().splitlines()
@@ -58,11 +69,13 @@ def test_hosts_block_written_by_the_node_logic_is_split_horizon(fake_tailscaled,
 def test_hosts_block_kept_while_tailscaled_is_not_running(fake_tailscaled, tmp_path):
     """A restarting or logged-out tailscaled lists no peers: the block must not lose them."""
     m = _monitor(fake_tailscaled, tmp_path)
+    kept = ManagedHosts(str(tmp_path / "hosts"))
     try:
-        m.poll()
+        _poll_and_write(m, kept)
         before = (tmp_path / "hosts").read_bytes()
         fake_tailscaled.status = dict(fake_tailscaled.status, BackendState="Starting", Peer={})
-        m.poll()
+        assert m.poll() is not None and m.hosts_entries() is None
+        _poll_and_write(m, kept)
         assert (tmp_path / "hosts").read_bytes() == before
     finally:
         m.close()

@@ -288,8 +288,8 @@ def test_mapper_asks_only_publishers_crossing_this_machine_and_caches_uris() -> 
 
 
 def test_parse_host_aliases() -> None:
-    from overlay_manager.core.config import ConfigError
     from overlay_manager.core.topic_links import parse_host_aliases
+    from overlay_manager.core.validation.errors import ConfigError
 
     assert parse_host_aliases(None, "p") == {}
     assert parse_host_aliases({"192.168.1.20": "robot1.fleet.internal", " lan-cam ": "robot2"}, "p") == {

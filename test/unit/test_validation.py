@@ -18,14 +18,7 @@ import yaml
 
 from overlay_manager.core.config import load_robot_config
 from overlay_manager.core.rfc3339 import parse_rfc3339
-from overlay_manager.core.validation import (
-    ConfigError,
-    Reader,
-    parse_yaml,
-    redact,
-    shorten,
-    type_name,
-)
+from overlay_manager.core.validation import ConfigError, Reader, parse_yaml, redact, shorten, type_name
 from overlay_manager.fleet.config import load_fleet
 from overlay_manager.lab.campus.spec import load_spec
 

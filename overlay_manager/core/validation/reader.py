@@ -178,15 +178,6 @@ class Reader:
             raise self.error(key, f"must be one of {', '.join(choices)}, got {shorten(v)}")
         return v
 
-    def dns_label(self, value: Any, key: str, default: Any = MISSING, *, host: bool = False) -> str:
-        """A DNS label; ``host`` = name the value as the host in the error."""
-        v = self._given(value, key, default)
-        if not is_dns_label(v):
-            raise self.error(key, f"{shorten(v)} is not a valid DNS label: use a-z, 0-9 and '-', 1 to 63 "
-                                  "characters, not starting or ending with '-'",
-                             host=str(v) if host and isinstance(v, (str, int)) else "")
-        return v
-
     def domain(self, value: Any, key: str, default: Any = MISSING, *, min_labels: int = 2) -> str:
         """A DNS domain (trailing dot removed) of at least ``min_labels`` labels."""
         v = self.string(value, key, default).rstrip(".")

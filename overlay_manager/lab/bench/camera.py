@@ -45,7 +45,7 @@ from overlay_manager.lab.bench.report import replot, write_report
 from overlay_manager.lab.campus import camera_streams, robots
 from overlay_manager.lab.campus.core import Lab
 from overlay_manager.lab.campus.errors import LabError
-from overlay_manager.lab.campus.spec import Impairment
+from overlay_manager.lab.campus.spec_model import Impairment
 from overlay_manager.lab.campus.system import wait_for
 
 REPO_ROOT = Path(__file__).resolve().parents[3]

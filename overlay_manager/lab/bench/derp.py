@@ -33,6 +33,7 @@ import time
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence
 
+from overlay_manager.core.ros_names import overlay_node
 from overlay_manager.lab.campus import robots
 from overlay_manager.lab.campus.core import Lab
 from overlay_manager.lab.campus.derp_outage import home_region, run_outage
@@ -149,7 +150,7 @@ def capacity(args: argparse.Namespace) -> Dict[str, Any]:
                 procs.append(lab.popen(f"b{i}", ["iperf3", "-s", "-B", lab.overlay_ip(f"b{i}")]))
                 procs.append(robots.start_robot(lab, f"a{i}", master=True))
             for i in range(1, args.pairs + 1):
-                robots.peers(lab, f"a{i}", timeout=120, node=robots.overlay_node(f"a{i}"))
+                robots.peers(lab, f"a{i}", timeout=120, node=overlay_node(f"a{i}"))
                 # b<i> runs no node: write its overlay-names block once, as overlay_env does at boot
                 lab.exec(f"b{i}", ["bash", "-c", f"rosrun overlay_manager overlay_env --config "
                                                  f"{lab.robot_yaml(f'b{i}')} --write-hosts"], quiet=True)
@@ -187,7 +188,7 @@ def capacity(args: argparse.Namespace) -> Dict[str, Any]:
 def outage(args: argparse.Namespace) -> Dict[str, Any]:
     """The ``outage`` run (see the module doc)."""
     master, op = "alpha-robot1", "alpha-op1"
-    nodes = [robots.overlay_node(op), robots.overlay_node(master)]
+    nodes = [overlay_node(op), overlay_node(master)]
     out: Dict[str, Any] = {"outage_s": args.outage, "kill_s": args.kill}
     with Lab(CAMPUS_SPEC, workdir=Path(args.out) / "lab-derp-outage") as lab:
         lab.start_derpers()

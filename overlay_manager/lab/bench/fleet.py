@@ -46,7 +46,7 @@ from overlay_manager.lab.campus.fleet_camera import (
     UPLINK_MBIT,
     FleetCamera,
 )
-from overlay_manager.lab.campus.spec import Impairment
+from overlay_manager.lab.campus.spec_model import Impairment
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
 GOALS = {"rate_hz": 29.0, "psnr_mean": 38.0, "latency_p99_ms": 100.0, "rtt_p99_ms": 50.0}

@@ -44,8 +44,8 @@ Writes artifacts/bench.json, artifacts/bench.md and artifacts/bench_*.png. Every
 is stopped by pid; the lab run is torn down by Lab.down().
 
 This module is the orchestration (one lab run, the order of paths, the sweep); the rest lives in
-bench_paths.py (each path's set-up and ROS environment), bench_measure.py (the measurements),
-bench_report.py (tables and plots) and overlay_manager/core/stats.py (percentiles and rates).
+bench/paths.py (each path's set-up and ROS environment), bench/measure.py (the measurements),
+bench/report.py (tables and plots) and overlay_manager/core/stats.py (percentiles and rates).
 """
 from __future__ import annotations
 
@@ -81,9 +81,10 @@ from overlay_manager.lab.bench.paths import (
 )
 from overlay_manager.lab.bench.report import plot, render_markdown, replot, write_report
 from overlay_manager.lab.campus import robots
-from overlay_manager.lab.campus.core import REPO_ROOT, Lab
+from overlay_manager.lab.campus.core import Lab
 from overlay_manager.lab.campus.errors import LabError
-from overlay_manager.lab.campus.spec import Impairment
+from overlay_manager.lab.campus.layout import REPO_ROOT
+from overlay_manager.lab.campus.spec_model import Impairment
 from overlay_manager.lab.campus.system import wait_for
 
 

@@ -159,13 +159,6 @@ class CpuSampler:
         """% of one core while working (see active_cpu_pct)."""
         return active_cpu_pct(self.samples)
 
-    def total_pct(self) -> Optional[float]:
-        """% of one core over the whole sampled time."""
-        ok = [s for s in self.samples if s[1] is not None]
-        if len(ok) < 2 or ok[-1][0] <= ok[0][0]:
-            return None
-        return round(100.0 * (ok[-1][1] - ok[0][1]) / (ok[-1][0] - ok[0][0]), 1)  # type: ignore[operator]
-
 
 def active_cpu_pct(samples: Sequence[Tuple[float, Optional[float]]]) -> Optional[float]:
     """CPU share (% of one core) over the 1-s intervals in which the encoder worked (at least

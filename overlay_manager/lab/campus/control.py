@@ -9,9 +9,10 @@ import os
 from pathlib import Path
 from typing import Any, Dict, Mapping, Optional, Tuple
 
+from overlay_manager.core.validation import ConfigError
 from overlay_manager.fleet import bundle, config, deploy
-from overlay_manager.fleet.config import FleetConfig
 from overlay_manager.fleet.deploy import Deployment
+from overlay_manager.fleet.model import FleetConfig, FleetError
 from overlay_manager.lab.campus.derpers import fleet_derp
 from overlay_manager.lab.campus.errors import LabError
 from overlay_manager.lab.campus.layout import RunLayout, tools_bin
@@ -65,7 +66,7 @@ def load_fleet(names: Names, source: str) -> FleetConfig:
     """The lab's FleetConfig (``source`` names it in errors)."""
     try:
         return config.load_fleet_dict(fleet_dict(names), path=source)
-    except (config.FleetError, config.ConfigError) as exc:
+    except (FleetError, ConfigError) as exc:
         raise LabError(f"fleet description generated from lab spec {names.spec.source} is invalid: "
                        f"{exc}") from None
 
@@ -75,7 +76,7 @@ def init_control(names: Names, outdir: Path, headscale: Path) -> Tuple[FleetConf
     fleet = load_fleet(names, str(outdir / "fleet.yaml"))
     try:
         dep = deploy.init_deployment(fleet, outdir, headscale=str(headscale))
-    except (config.FleetError, config.ConfigError) as exc:
+    except (FleetError, ConfigError) as exc:
         raise LabError(f"cannot initialise the lab's headscale deployment in {outdir}: {exc}") from None
     return fleet, dep
 
@@ -84,7 +85,7 @@ def open_control(outdir: Path, headscale: Path) -> Deployment:
     """Reopen the Deployment written by :func:`init_control`."""
     try:
         return deploy.Deployment.open(outdir, headscale=str(headscale))
-    except config.FleetError as exc:
+    except FleetError as exc:
         raise LabError(f"cannot reopen the lab's headscale deployment in {outdir}: {exc}") from None
 
 
@@ -99,7 +100,7 @@ def write_host_bundle(dep: Deployment, fleet: FleetConfig, host: str, outdir: Pa
     merged.setdefault("tailscale", {}).update({"socket": str(socket), "cli": str(cli)})
     try:
         return Path(bundle.write_bundle(dep, fleet, host, outdir, overrides=merged))
-    except config.FleetError as exc:
+    except FleetError as exc:
         raise LabError(f"cannot write the fleet bundle of lab host {host} into {outdir}: {exc}") from None
 
 

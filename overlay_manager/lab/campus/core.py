@@ -45,35 +45,27 @@ import time
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Set, Union
 
-from overlay_manager.fleet.config import FleetConfig
 from overlay_manager.fleet.deploy import Deployment
+from overlay_manager.fleet.model import FleetConfig
 from overlay_manager.lab.campus import relays, system
 from overlay_manager.lab.campus.control import HEADSCALE_START_TIMEOUT_S, ControlServer
 from overlay_manager.lab.campus.derpers import Derpers, derper_hosts
 from overlay_manager.lab.campus.errors import LabError
 from overlay_manager.lab.campus.layout import (
-    REPO_ROOT,
     RUN_ROOT,
-    SOCKET_PATH_MAX,
     RunLayout,
     missing_prerequisites,
-    tools_bin,
 )
 from overlay_manager.lab.campus.naming import Names, check_run_id, new_run_id
 from overlay_manager.lab.campus.network import Network
 from overlay_manager.lab.campus.processes import Processes
-from overlay_manager.lab.campus.spec import Impairment, LabSpec, SpecInput, load_spec, parse_spec, spec_to_dict
+from overlay_manager.lab.campus.spec import load_spec, parse_spec, spec_to_dict
+from overlay_manager.lab.campus.spec_model import Impairment, LabSpec, SpecInput
 from overlay_manager.lab.campus.state import RunState, argv_matches, list_runs
 from overlay_manager.lab.campus.system import Echo, default_echo
-from overlay_manager.lab.campus.tailscaled import TAILSCALED_START_TIMEOUT_S, PingResult, Tailscaleds, parse_ping_output
-from overlay_manager.lab.campus.teardown import down_all, leftover_runs, teardown_run
+from overlay_manager.lab.campus.tailscaled import TAILSCALED_START_TIMEOUT_S, PingResult, Tailscaleds
+from overlay_manager.lab.campus.teardown import teardown_run
 from overlay_manager.tailscaled.localapi import LocalAPI
-
-__all__ = [
-    "HEADSCALE_START_TIMEOUT_S", "REPO_ROOT", "RUN_ROOT", "SOCKET_PATH_MAX", "TAILSCALED_START_TIMEOUT_S",
-    "Lab", "PingResult", "down_all", "leftover_runs", "list_runs", "missing_prerequisites",
-    "parse_ping_output", "teardown_run", "tools_bin",
-]
 
 
 class Lab:

@@ -38,7 +38,7 @@ from overlay_manager.lab.campus.errors import LabError
 from overlay_manager.lab.campus.layout import RunLayout, tools_bin
 from overlay_manager.lab.campus.naming import Names
 from overlay_manager.lab.campus.processes import Processes
-from overlay_manager.lab.campus.spec import LabSpec
+from overlay_manager.lab.campus.spec_model import LabSpec
 from overlay_manager.lab.campus.system import Echo, tcp_connect, wait_for
 from overlay_manager.system.waiting import tail
 from overlay_manager.tailscaled.derper import DerperState

@@ -28,7 +28,7 @@ from typing import Any, Dict, List, Optional
 from overlay_manager.core.ros_names import overlay_node, ros_namespace
 from overlay_manager.lab.campus import camera_streams, robots
 from overlay_manager.lab.campus.core import Lab
-from overlay_manager.lab.campus.spec import Impairment
+from overlay_manager.lab.campus.spec_model import Impairment
 
 ROBOTS = ("alpha-robot1", "alpha-robot2", "alpha-robot3", "alpha-robot4")
 LAPTOP = "ops-laptop"

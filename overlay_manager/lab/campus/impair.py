@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import List, Optional
 
-from overlay_manager.lab.campus.spec import Impairment
+from overlay_manager.lab.campus.spec_model import Impairment
 
 IMPAIR_TABLE = "netdev olab_impair"
 LOSS_SCALE = 1_000_000

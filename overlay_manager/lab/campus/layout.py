@@ -14,7 +14,7 @@ from typing import List
 
 from overlay_manager.lab.campus.errors import LabError
 from overlay_manager.lab.campus.naming import Names
-from overlay_manager.lab.campus.spec import LabSpec
+from overlay_manager.lab.campus.spec_model import LabSpec
 
 RUN_ROOT = Path("/run/overlay-lab")
 """Per-run state directories live here (tmpfs: gone after a reboot, like the namespaces)."""

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import List, Optional, Tuple
 
 from overlay_manager.lab.campus.errors import LabError
-from overlay_manager.lab.campus.spec import LabSpec
+from overlay_manager.lab.campus.spec_model import LabSpec
 
 NS_PREFIX = "olab"
 """Every lab namespace starts with this; ``lab down --all`` looks for it."""
@@ -31,7 +31,6 @@ NS_RE = re.compile(r"^olab([a-z0-9]{1,8})-(bb|ctl|r-[a-z0-9-]+|h-[a-z0-9-]+)$")
 """Matches exactly the namespace names a lab run creates; group 1 is the run id."""
 IFNAME_MAX = 15
 NET_PREFIX = "10.231"
-BACKBONE_PREFIXLEN = 24
 LAN_PREFIXLEN = 24
 CONTROL_ADDRESS = f"{NET_PREFIX}.0.2"
 TUN_NAME = "tailscale0"
@@ -131,10 +130,6 @@ class Names:
                 if h.name == host:
                     return i, j
         raise LabError(f"no host {host!r} in spec {self.spec.source}")
-
-    @property
-    def backbone_cidr(self) -> str:
-        return f"{NET_PREFIX}.0.0/{BACKBONE_PREFIXLEN}"
 
     @property
     def control_address(self) -> str:

@@ -15,7 +15,7 @@ from overlay_manager.lab.campus import derpers, nft, relays, system
 from overlay_manager.lab.campus import impair as impair_mod
 from overlay_manager.lab.campus.errors import LabError
 from overlay_manager.lab.campus.layout import RunLayout
-from overlay_manager.lab.campus.spec import Impairment
+from overlay_manager.lab.campus.spec_model import Impairment
 from overlay_manager.lab.campus.state import RunState
 from overlay_manager.lab.campus.system import Echo
 

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 from typing import Sequence, Tuple
 
-from overlay_manager.lab.campus.spec import NatKind
+from overlay_manager.lab.campus.spec_model import NatKind
 
 TABLE = "inet olab"
 PORT_OFFSET = 20000

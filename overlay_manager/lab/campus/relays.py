@@ -30,7 +30,7 @@ from overlay_manager.core.config import load_robot_config
 from overlay_manager.core.validation import ConfigError
 from overlay_manager.lab.campus.errors import LabError
 from overlay_manager.lab.campus.naming import Names
-from overlay_manager.lab.campus.spec import LabSpec
+from overlay_manager.lab.campus.spec_model import LabSpec
 from overlay_manager.tailscaled.localapi import LocalAPI, TailscaleError
 from overlay_manager.tailscaled.relay import RelayApplyResult, apply_relay
 
@@ -56,11 +56,6 @@ def public_routes(names: Names, building: str = "") -> List[Tuple[str, str]]:
     router or the control host needs to reach hosts on a campus server network."""
     return [(names.lan_cidr(b.name), names.router_wan_address(b.name))
             for b in names.spec.buildings if b.nat.public and b.name != building]
-
-
-def relay_hosts(spec: LabSpec) -> List[str]:
-    """Short names of the spec's relay hosts, in spec order."""
-    return list(spec.relays)
 
 
 def enable_relays(spec: LabSpec, robot_yaml: Callable[[str], Path], localapi: Callable[[str], LocalAPI],

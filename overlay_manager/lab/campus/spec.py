@@ -30,7 +30,7 @@ derper asks to verify clients); they become the lab fleet's ``derp_regions`` sec
 
 Every error is a :class:`SpecError` (the validation layer's ConfigError, also a LabError) naming
 the file and the key path. The values (NatKind, Impairment, LabSpec, ...) are defined in
-spec_model.py and importable from here.
+spec_model.py.
 """
 from __future__ import annotations
 
@@ -52,10 +52,6 @@ from overlay_manager.core.validation import (
 from overlay_manager.lab.campus.errors import SpecError
 from overlay_manager.lab.campus.spec_model import (
     DEFAULT_RELAY_PORT,
-    FILTERINGS,
-    MAPPINGS,
-    PUBLIC,
-    UDP_POLICIES,
     BuildingSpec,
     ControlSpec,
     DerpRegionSpec,
@@ -63,19 +59,11 @@ from overlay_manager.lab.campus.spec_model import (
     HostSpec,
     Impairment,
     LabSpec,
-    NatKind,
     RelaySpec,
     SpecInput,
     nat_kind_names,
     parse_nat_kind,
 )
-
-__all__ = [
-    "DEFAULT_RELAY_PORT", "FILTERINGS", "MAPPINGS", "PUBLIC", "UDP_POLICIES", "BuildingSpec", "ControlSpec",
-    "DerpRegionSpec", "DerpSpec",
-    "HostSpec", "Impairment", "LabSpec", "NatKind", "RelaySpec", "SpecInput", "load_spec", "nat_kind_names",
-    "parse_impairment", "parse_nat_kind", "parse_spec", "spec_to_dict",
-]
 
 NAME_RE = re.compile(r"^[a-z0-9]([a-z0-9-]{0,22}[a-z0-9])?$")
 """Building and host names: lowercase DNS labels (a-z, 0-9, '-'; a digit may come first) of at most

@@ -34,10 +34,6 @@ def default_echo(line: str) -> None:
     print(f"[lab] {line}", file=sys.stderr, flush=True)
 
 
-def quiet_echo(line: str) -> None:
-    """An echo that prints nothing."""
-
-
 def ns_argv(ns: Optional[str], argv: Sequence[str]) -> List[str]:
     """``argv`` prefixed with ``ip netns exec NS`` (which also bind-mounts /etc/netns/NS/*)."""
     return (["ip", "netns", "exec", ns] if ns else []) + [str(a) for a in argv]

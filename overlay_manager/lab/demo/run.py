@@ -31,8 +31,9 @@ from typing import Any, Callable, Dict, List, Optional
 from overlay_manager.core.ros_names import overlay_node
 from overlay_manager.core.stats import percentile, summary
 from overlay_manager.lab.campus import camera_streams, robots
-from overlay_manager.lab.campus.core import REPO_ROOT, Lab, missing_prerequisites
+from overlay_manager.lab.campus.core import Lab
 from overlay_manager.lab.campus.errors import LabError
+from overlay_manager.lab.campus.layout import REPO_ROOT, missing_prerequisites
 from overlay_manager.lab.probe.scene import DEFAULT_VIDEO
 
 ROBOT, LAPTOP = "alpha-robot1", "alpha-laptop"

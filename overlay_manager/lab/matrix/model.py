@@ -31,7 +31,7 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, Sequence, Tuple
 
-from overlay_manager.lab.campus.spec import FILTERINGS, MAPPINGS, NatKind, parse_nat_kind
+from overlay_manager.lab.campus.spec_model import FILTERINGS, MAPPINGS, NatKind, parse_nat_kind
 
 KINDS: Tuple[str, ...] = tuple(f"{m}-{f}" for m in MAPPINGS for f in FILTERINGS) + ("udp-blocked", "tcp-only")
 """Every NAT kind of the matrix, in table order."""

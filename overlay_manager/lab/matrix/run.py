@@ -5,7 +5,7 @@ One lab run holds every NAT kind twice (buildings ``<kind>-a`` and ``<kind>-b``,
 other. For each cell of the upper triangle (diagonal = two different buildings of the same kind)
 one ``tailscale ping`` (Lab.ping, ``--until-direct``) decides the path; pings of disjoint host
 pairs run in parallel. The expected outcome beside it comes from :func:`expected`, RFC 4787
-reasoning spelled out in matrix_model.py. Writes ``artifacts/nat_matrix.md`` and ``artifacts/nat_matrix.json``.
+reasoning spelled out in matrix/model.py. Writes ``artifacts/nat_matrix.md`` and ``artifacts/nat_matrix.json``.
 
 Not part of CI: about 2.5 minutes on 2 cores (22 tailscaled, 66 pings; a DERP ping takes the CLI's
 full 10 x 1 s). Run as root::
@@ -22,7 +22,7 @@ bundle (as the node does), every cell that was not direct again. Writes
 UDP to the relay's port, else derp).
 
 The expectation (:func:`expected`, :func:`expected_with_relay`) and the cell layout are the pure
-model in matrix_model.py, with the RFC 4787 reasoning spelled out.
+model in matrix/model.py, with the RFC 4787 reasoning spelled out.
 """
 from __future__ import annotations
 
@@ -34,9 +34,11 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple
 
-from overlay_manager.lab.campus.core import REPO_ROOT, Lab, PingResult
+from overlay_manager.lab.campus.core import Lab
 from overlay_manager.lab.campus.errors import LabError
+from overlay_manager.lab.campus.layout import REPO_ROOT
 from overlay_manager.lab.campus.relays import enable_relays
+from overlay_manager.lab.campus.tailscaled import PingResult
 from overlay_manager.lab.matrix.model import (
     KINDS,
     NOTES,

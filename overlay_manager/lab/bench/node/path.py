@@ -70,8 +70,8 @@ class LineWatcher:
 
 def path_bench(trials: int, timeout: float, settle: float) -> Dict[str, Any]:
     """Block/unblock UDP at b1 ``trials`` times; latencies as seen from the laptop."""
-    from overlay_manager.lab import Lab
     from overlay_manager.lab.campus import robots
+    from overlay_manager.lab.campus.core import Lab
 
     out: Dict[str, Any] = {"spec": str(SPEC.relative_to(REPO)), "observer": LAPTOP, "peer": ROBOT,
                            "blocked_building": BUILDING, "status_poll_hz": 50.0,
