@@ -45,6 +45,9 @@ def install(tmp_path_factory):
     ws = built_workspace()
     if ws is not None:
         shutil.rmtree(ws / "install", ignore_errors=True)  # only what this install puts there
+        # and only this checkout's Python: setuptools' build directory keeps every module an earlier
+        # build of another checkout put there (moved or no longer installed ones too)
+        shutil.rmtree(ws / "build" / "overlay_manager" / "lib", ignore_errors=True)
         proc = run(f"cmake --build {ws / 'build'} --target install", ws, timeout=900)
     else:
         ws = tmp_path_factory.mktemp("install_ws")
