@@ -306,22 +306,25 @@ class RateTracker:
         """No samples yet."""
         self._last: Dict[Tuple[Node, int], Tuple[float, int]] = {}
 
-    def update(self, connections: Mapping[Node, Sequence[Connection]], now: float
-               ) -> Dict[Tuple[Node, Topic, Node], float]:
-        """Record counters sampled at ``now``; returns (publisher, topic, subscriber) -> bytes/s
-        for connections seen in the previous sample too. Connections that went away are forgotten;
-        publishers that did not answer this time keep their last counters."""
+    def update(self, connections: Mapping[Node, Sequence[Connection]], now: float,
+               read_at: Optional[Mapping[Node, float]] = None) -> Dict[Tuple[Node, Topic, Node], float]:
+        """Record counters sampled at ``now`` (or, per publisher, at ``read_at[publisher]``: when its
+        counters were read, so one slow publisher does not shorten the others' intervals); returns
+        (publisher, topic, subscriber) -> bytes/s for connections seen in the previous sample too.
+        Connections that went away are forgotten; publishers that did not answer this time keep
+        their last counters."""
         rates: Dict[Tuple[Node, Topic, Node], float] = {}
         seen: Dict[Tuple[Node, int], Tuple[float, int]] = {}
         for pub, conns in connections.items():
+            at = read_at.get(pub, now) if read_at else now
             for c in conns:
                 if c.bytes_sent is None:
                     continue
                 key = (pub, c.connection_id)
                 prev = self._last.get(key)
-                if prev is not None and now > prev[0] and c.bytes_sent >= prev[1]:
-                    rates[(pub, c.topic, c.subscriber)] = (c.bytes_sent - prev[1]) / (now - prev[0])
-                seen[key] = (now, c.bytes_sent)
+                if prev is not None and at > prev[0] and c.bytes_sent >= prev[1]:
+                    rates[(pub, c.topic, c.subscriber)] = (c.bytes_sent - prev[1]) / (at - prev[0])
+                seen[key] = (at, c.bytes_sent)
         for key, value in self._last.items():
             if key[0] not in connections:
                 seen[key] = value

@@ -80,13 +80,16 @@ def _call(uri: str, timeout: float, method: str, *args: Any) -> Any:
 
 @dataclass
 class GraphSample:
-    """One read of the graph. ``node_errors`` says which publishers did not answer and why."""
+    """One read of the graph. ``node_errors`` says which publishers did not answer and why;
+    ``read_at``: when each publisher's counters were read (monotonic s), ``monotonic``: when the
+    read ended (a slow publisher delays the end, not the others' counters)."""
 
     state: SystemState
     uris: Dict[str, str]
     connections: Dict[str, List[Connection]]
     node_errors: Dict[str, str] = field(default_factory=dict)
     monotonic: float = 0.0
+    read_at: Dict[str, float] = field(default_factory=dict)
 
 
 class GraphReader:
@@ -138,14 +141,16 @@ class GraphReader:
         asked = [(n, uris[n]) for n in sorted(publishers) if n in uris
                  and (relevant is None or relevant(uris[n], sorted(subscribers.get(n, ()))))]
         connections: Dict[str, List[Connection]] = {}
+        read_at: Dict[str, float] = {}
         errors: Dict[str, str] = {n: "not known to the master" for n in publishers if n not in uris}
-        for (name, _), outcome in zip(asked, self._pool.map(self._bus, asked)):
+        for (name, _), (outcome, at) in zip(asked, self._pool.map(self._bus, asked)):
             if isinstance(outcome, str):
                 errors[name] = outcome
                 self._uris.pop(name, None)  # look it up again: it may have restarted elsewhere
             else:
                 connections[name] = outcome
-        return GraphSample(state, uris, connections, errors, time.monotonic())
+                read_at[name] = at
+        return GraphSample(state, uris, connections, errors, time.monotonic(), read_at)
 
     def _lookup(self, name: str) -> str:
         try:
@@ -154,18 +159,19 @@ class GraphReader:
             return ""
         return uri if isinstance(uri, str) else ""
 
-    def _bus(self, item: Tuple[str, str]) -> Any:
-        """A publisher's connections, or the error text when it did not answer."""
+    def _bus(self, item: Tuple[str, str]) -> Tuple[Any, float]:
+        """(a publisher's connections, or the error text when it did not answer; monotonic time
+        its byte counters were read)."""
         name, uri = item
         try:
             info = self._call(uri, self.timeout_s, "getBusInfo", self.caller_id)
         except GraphError as exc:
-            return str(exc)
+            return str(exc), time.monotonic()
         try:
             stats = self._call(uri, self.timeout_s, "getBusStats", self.caller_id)
         except GraphError:
             stats = None
-        return connections_from_bus(name, info, stats)
+        return connections_from_bus(name, info, stats), time.monotonic()
 
     def close(self) -> None:
         """Stop the worker pool (calls in flight end by their timeout)."""
@@ -213,7 +219,7 @@ class TopicMapper:
                 with self._lock:
                     self._error = str(exc)
                     return list(self._links)
-            rates = self._rates.update(sample.connections, sample.monotonic)
+            rates = self._rates.update(sample.connections, sample.monotonic, sample.read_at)
             links = build_links(sample.state, sample.uris, sample.connections, machines, rates)
             with self._lock:
                 self._links, self._error, self._built = links, "", True

@@ -156,6 +156,15 @@ def test_rate_tracker() -> None:
     assert rt.update({"/cam": [Connection("/camera", "/cam", "/viewer", 1, 10)]}, 15.0) == {}
 
 
+def test_rate_tracker_uses_when_each_publisher_was_read() -> None:
+    """A read that ends late (another publisher timed out) does not shorten the interval of a
+    publisher whose counters were read early: 2 kB/s stays 2 kB/s, not 4."""
+    rt = RateTracker()
+    rt.update({"/cam": [Connection("/camera", "/cam", "/viewer", 1, 1000)]}, 11.0, {"/cam": 10.0})
+    rates = rt.update({"/cam": [Connection("/camera", "/cam", "/viewer", 1, 5000)]}, 12.0, {"/cam": 12.0})
+    assert rates == {("/cam", "/camera", "/viewer"): 2000.0}   # ended at 11 s: (5000-1000)/(12-11) would be 4000
+
+
 def test_filter_links_and_peers_with_links() -> None:
     links = build_links(STATE, URIS, {}, machines())
     cross = filter_links(links)
