@@ -9,6 +9,7 @@ decodes (OpenCV, as the stock plugin's fallback does) to the original size and c
 decoder's raw output; quality and rate dropping when the laptop's path turns derp and coming back
 when it is direct again; the raw subscription ending with the last subscriber.
 """
+import functools
 import sys
 import threading
 import time
@@ -18,21 +19,20 @@ import cv2
 import numpy as np
 import rospy
 import rostest
+from link_aware_common import peers_msg as _peers_msg
+from link_aware_common import wait_for
 from sensor_msgs.msg import CompressedImage, Image
 
 from overlay_manager.msg import Peer, PeerList, StreamState
-from overlay_manager.system import waiting
+
+peers_msg = functools.partial(_peers_msg, robot="alpha-robot1", laptop="alpha-laptop")
+"""~peers of alpha-robot1 with alpha-laptop on a given path (hyphenated host names)."""
 
 RAW = "/camera/image_raw"
 RAW_PNG = "/camera_png/image_raw"  # the same frames, for the encoder with format png
 OUT = RAW + "/compressed"
 WIDTH, HEIGHT = 640, 480
 BUDGET_DERP_KBPS = 4000.0  # link_aware_camera.test
-
-
-def wait_for(what, predicate, timeout=15.0):
-    """overlay_manager.system.waiting.wait_for every 0.05 s; a timeout fails the test (AssertionError)."""
-    return waiting.wait_for(what, predicate, timeout, interval=0.05, error=AssertionError)
 
 
 def make_frame():
@@ -44,16 +44,6 @@ def make_frame():
     img = np.clip(img, 0, 255).astype(np.uint8)
     img[:, :80] = (255, 0, 0)
     return img
-
-
-def peers_msg(path):
-    msg = PeerList()
-    msg.header.stamp = rospy.Time.now()
-    msg.self_peer = Peer(name="alpha-robot1", dns_name="alpha-robot1.fleet.internal", addresses=["100.64.0.1"],
-                         online=True, path=Peer.PATH_SELF)
-    msg.peers = [Peer(name="alpha-laptop", dns_name="alpha-laptop.fleet.internal", addresses=["127.0.0.2"], online=True,
-                      active=True, path=path)]
-    return msg
 
 
 class LinkAwareCamera(unittest.TestCase):

@@ -20,10 +20,10 @@ import numpy as np
 import rosgraph
 import rospy
 import rostest
+from link_aware_common import peers_msg, wait_for
 from sensor_msgs.msg import CompressedImage, Image
 
 from overlay_manager.msg import Peer, PeerList, StreamState
-from overlay_manager.system import waiting
 
 CAM = "/camera/image_raw"
 RAWCAM = "/rawcam/image_raw"
@@ -40,21 +40,6 @@ EXPECTED = {
     RAWCAM + "/link_aware": "/republisher",
     RAWCAM + "/link_aware/stream_state": "/republisher",
 }
-
-
-def wait_for(what, predicate, timeout=20.0):
-    """overlay_manager.system.waiting.wait_for every 0.05 s; a timeout fails the test (AssertionError)."""
-    return waiting.wait_for(what, predicate, timeout, interval=0.05, error=AssertionError)
-
-
-def peers_msg(path):
-    msg = PeerList()
-    msg.header.stamp = rospy.Time.now()
-    msg.self_peer = Peer(name="robot1", dns_name="robot1.fleet.internal", addresses=["100.64.0.1"],
-                         online=True, path=Peer.PATH_SELF)
-    msg.peers = [Peer(name="laptop", dns_name="laptop.fleet.internal", addresses=["127.0.0.2"], online=True,
-                      active=True, path=path)]
-    return msg
 
 
 def camera_publishers():
