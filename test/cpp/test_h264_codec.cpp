@@ -405,20 +405,33 @@ TEST(H264Decoder, LateJoinerWaitsForTheNextKeyframe)
   EXPECT_FALSE(dec.waitingForKeyframe());
 }
 
-TEST(H264Decoder, SkippingToTheNextKeyframeGivesExactPictures)
+/// Every packet decoded by a fresh decoder: the uninterrupted reference pictures. A decode error
+/// fails the test and ends the list early.
+static std::vector<cv::Mat> decodeAllFrames(const std::vector<Packet>& pkts)
 {
-  REQUIRE_REAL_SCENE();
-  const std::vector<Packet> pkts = encodeAll(realScene(), params640());
-  // reference: every packet decoded
   H264Decoder full;
-  std::vector<cv::Mat> reference;
+  std::vector<cv::Mat> out;
   std::string err;
   for (const Packet& p : pkts)
   {
     Frame f;
-    ASSERT_TRUE(full.decode(p.data.data(), p.data.size(), &f, &err)) << err;
-    reference.push_back(asMat(f));
+    if (!full.decode(p.data.data(), p.data.size(), &f, &err))
+    {
+      ADD_FAILURE() << "reference decode of frame " << out.size() << ": " << err;
+      break;
+    }
+    out.push_back(asMat(f));
   }
+  return out;
+}
+
+TEST(H264Decoder, SkippingToTheNextKeyframeGivesExactPictures)
+{
+  REQUIRE_REAL_SCENE();
+  const std::vector<Packet> pkts = encodeAll(realScene(), params640());
+  const std::vector<cv::Mat> reference = decodeAllFrames(pkts);  // every packet decoded
+  ASSERT_EQ(reference.size(), pkts.size());
+  std::string err;
   // a sender that drops frames 10..29 (a congested link) and resumes at the keyframe 30
   H264Decoder dec;
   for (size_t i = 0; i < pkts.size(); ++i)
@@ -437,15 +450,9 @@ TEST(H264Decoder, PFrameWithoutItsReferenceIsReportedNotShown)
 {
   REQUIRE_REAL_SCENE();
   const std::vector<Packet> pkts = encodeAll(realScene(), params640());
-  H264Decoder full;
-  std::vector<cv::Mat> reference;
+  const std::vector<cv::Mat> reference = decodeAllFrames(pkts);  // every packet decoded
+  ASSERT_EQ(reference.size(), pkts.size());
   std::string err;
-  for (const Packet& p : pkts)
-  {
-    Frame f;
-    ASSERT_TRUE(full.decode(p.data.data(), p.data.size(), &f, &err)) << err;
-    reference.push_back(asMat(f));
-  }
   H264Decoder dec;
   Frame f;
   for (size_t i = 0; i < 10; ++i)
