@@ -11,10 +11,14 @@
 #include <ros/xmlrpc_manager.h>
 
 #include <linux/sockios.h>
+#include <netinet/in.h>  // IPPROTO_TCP
+#include <linux/tcp.h>    // struct tcp_info with tcpi_bytes_acked (Linux >= 4.1; glibc's lacks it)
 #include <sys/ioctl.h>
+#include <sys/socket.h>
 
 #include <algorithm>
 #include <chrono>
+#include <cstddef>
 #include <cmath>
 
 namespace overlay_manager
@@ -58,6 +62,8 @@ struct LinkAwareStream::Sub
   double observed_cap_kbps = kNaN;
   uint32_t backlog_bytes = 0;
   uint32_t prev_backlog_bytes = 0;  ///< one delivery check earlier
+  uint64_t acked_bytes = 0;         ///< bytes its peer acknowledged (all its connections), last check
+  ros::WallTime acked_at;           ///< when acked_bytes was read; zero = never
   ros::WallTime next_lookup;  ///< retry time after a failed lookupNode
 };
 
@@ -385,11 +391,13 @@ void LinkAwareStream::resolveAndDecide()
 }
 
 /// Per subscriber: bytes its TCP connection has not sent yet (SIOCOUTQNSD on the socket of its
-/// connection, found through this process's bus info). Unsent bytes pile up only when the
-/// connection cannot carry what the stream makes (bytes in flight on a long round trip do not
-/// count: those are latency, not a lack of capacity). A backlog above max_backlog_ms of stream
-/// lowers that subscriber's cap (nextObservedCap); every path is watched, direct included.
-bool LinkAwareStream::readBacklogs(std::map<std::string, uint32_t>* out)
+/// connection, found through this process's bus info) and bytes its peer has acknowledged
+/// (TCP_INFO tcpi_bytes_acked, summed over its connections; 0 when the kernel does not say).
+/// Unsent bytes pile up only when the connection cannot carry what the stream makes (bytes in
+/// flight on a long round trip do not count: those are latency, not a lack of capacity). A
+/// backlog above max_backlog_ms of stream sets that subscriber's cap from the rate its peer
+/// acknowledged meanwhile (nextObservedCap); every path is watched, direct included.
+bool LinkAwareStream::readDelivery(std::map<std::string, Delivery>* out)
 {
   // This process's own getBusInfo (the XML-RPC call rosnode info makes), answered by roscpp's
   // XML-RPC thread: connection id, subscriber caller id, direction, transport, topic, connected,
@@ -407,7 +415,6 @@ bool LinkAwareStream::readBacklogs(std::map<std::string, uint32_t>* out)
     return false;
   }
   XmlRpc::XmlRpcValue& info = result[2];
-  std::map<std::string, uint32_t>& backlog = *out;
   for (int i = 0; i < info.size(); ++i)
   {
     XmlRpc::XmlRpcValue& c = info[i];
@@ -417,35 +424,50 @@ bool LinkAwareStream::readBacklogs(std::map<std::string, uint32_t>* out)
     if (topic != topic_ && std::find(other_topics_.begin(), other_topics_.end(), topic) == other_topics_.end())
       continue;
     const int fd = socketOfTransportInfo(static_cast<std::string>(c[6]));
+    if (fd < 0)
+      continue;
+    Delivery& d = (*out)[static_cast<std::string>(c[1])];
     int outq = 0;
-    if (fd >= 0 && ioctl(fd, SIOCOUTQNSD, &outq) == 0 && outq > 0)
-    {
-      uint32_t& b = backlog[static_cast<std::string>(c[1])];
-      b = std::max(b, static_cast<uint32_t>(outq));
-    }
+    if (ioctl(fd, SIOCOUTQNSD, &outq) == 0 && outq > 0)
+      d.unsent_bytes = std::max(d.unsent_bytes, static_cast<uint32_t>(outq));
+    struct tcp_info ti = {};
+    socklen_t len = sizeof(ti);
+    if (getsockopt(fd, IPPROTO_TCP, TCP_INFO, &ti, &len) == 0 &&
+        len >= offsetof(struct tcp_info, tcpi_bytes_acked) + sizeof(ti.tcpi_bytes_acked))
+      d.acked_bytes += ti.tcpi_bytes_acked;
   }
   return true;
 }
 
 void LinkAwareStream::observeDelivery()
 {
-  std::map<std::string, uint32_t> backlog;
-  if (!readBacklogs(&backlog))
+  std::map<std::string, Delivery> delivery;
+  if (!readDelivery(&delivery))
     return;
+  const ros::WallTime now = ros::WallTime::now();
   std::lock_guard<std::mutex> lock(mutex_);
   const double out_kbps = last_bitrate_kbps_;
   bool backed_up = false;
   for (auto& kv : subs_)
   {
     Sub& s = *kv.second;
-    auto b = backlog.find(kv.first);
+    auto d = delivery.find(kv.first);
+    const Delivery got = d == delivery.end() ? Delivery() : d->second;
     s.prev_backlog_bytes = s.backlog_bytes;
-    s.backlog_bytes = b == backlog.end() ? 0 : b->second;
+    s.backlog_bytes = got.unsent_bytes;
+    // acknowledged since the last check, in kbit/s; unknown on the first check, when the kernel
+    // gives no counter, or when a connection came or went (the sum went down)
+    double delivered_kbps = kNaN;
+    const double dt = s.acked_at.isZero() ? 0.0 : (now - s.acked_at).toSec();
+    if (dt > 0.0 && got.acked_bytes > 0 && got.acked_bytes >= s.acked_bytes)
+      delivered_kbps = static_cast<double>(got.acked_bytes - s.acked_bytes) * 8.0 / 1000.0 / dt;
+    s.acked_bytes = got.acked_bytes;
+    s.acked_at = now;
     SubscriberView v;
     v.path = s.path;
     v.observed_cap_kbps = kNaN;
     s.observed_cap_kbps = nextObservedCap(s.observed_cap_kbps, s.backlog_bytes, out_kbps, policy_.budgetFor(v),
-                                          options_.max_backlog_ms, s.prev_backlog_bytes);
+                                          options_.max_backlog_ms, s.prev_backlog_bytes, delivered_kbps);
     // h264 skips frames while a queue holds more than max_backlog_ms of stream
     backed_up = backed_up || (out_kbps > 0.0 && s.backlog_bytes * 8.0 / out_kbps > options_.max_backlog_ms);
   }
@@ -469,8 +491,8 @@ void LinkAwareStream::onRecheck(const ros::WallTimerEvent&)
       if (!backed_up_ || stopping_)
         return;
     }
-    std::map<std::string, uint32_t> backlog;
-    if (!readBacklogs(&backlog))
+    std::map<std::string, Delivery> delivery;
+    if (!readDelivery(&delivery))
       return;
     std::lock_guard<std::mutex> lock(mutex_);
     if (!backed_up_)
@@ -479,8 +501,8 @@ void LinkAwareStream::onRecheck(const ros::WallTimerEvent&)
     uint32_t worst = 0;
     for (const auto& kv : subs_)
     {
-      auto b = backlog.find(kv.first);
-      const uint32_t bytes = b == backlog.end() ? 0 : b->second;
+      auto d = delivery.find(kv.first);
+      const uint32_t bytes = d == delivery.end() ? 0 : d->second.unsent_bytes;
       kv.second->backlog_bytes = bytes;
       worst = std::max(worst, bytes);
     }

@@ -17,14 +17,20 @@ bool backedUp(double backlog_bytes, double prev_backlog_bytes, double out_kbps, 
 }
 
 double nextObservedCap(double cap_kbps, double backlog_bytes, double out_kbps, double path_budget_kbps,
-                       double max_backlog_ms, double prev_backlog_bytes)
+                       double max_backlog_ms, double prev_backlog_bytes, double delivered_kbps)
 {
   if (!(out_kbps > 0.0))
     return cap_kbps;
   const double backlog_ms = backlog_bytes * 8.0 / out_kbps;  // kbit/s = bit/ms
   if (backedUp(backlog_bytes, prev_backlog_bytes, out_kbps, max_backlog_ms))
   {
-    const double cap = 0.7 * out_kbps;
+    // The connection had bytes waiting, so what its peer acknowledged over the period is what the
+    // link carries for it now: the cap follows that measurement (kDeliveredShare of it, the rest
+    // drains the queue) instead of cutting again for every period the old queue takes to drain,
+    // which compounded a 5 Mbit/s congestion episode of four streams down to min_video_kbps.
+    if (delivered_kbps > 0.0)
+      return kDeliveredShare * delivered_kbps;
+    const double cap = 0.7 * out_kbps;  // no measurement: a blind cut
     return std::isnan(cap_kbps) ? cap : std::min(cap_kbps, cap);
   }
   if (!std::isnan(cap_kbps) && backlog_ms < max_backlog_ms / 4.0)

@@ -135,6 +135,12 @@ public:
 
 private:
   struct Sub;
+  /// One subscriber's connections as the kernel sees them (readDelivery).
+  struct Delivery
+  {
+    uint32_t unsent_bytes = 0;  ///< largest unsent queue of its connections (SIOCOUTQNSD)
+    uint64_t acked_bytes = 0;   ///< bytes acknowledged by its peer, summed (TCP_INFO)
+  };
   void post(std::function<void()> fn);
   void onChange();
   void onTimer(const ros::WallTimerEvent&);
@@ -142,7 +148,7 @@ private:
   void ensurePeers();
   void resolveAndDecide();
   void observeDelivery();
-  bool readBacklogs(std::map<std::string, uint32_t>* backlog);
+  bool readDelivery(std::map<std::string, Delivery>* out);
   void onRecheck(const ros::WallTimerEvent&);
   void resumeLocked();
   void publishState();

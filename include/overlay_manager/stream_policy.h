@@ -87,19 +87,28 @@ struct Decision
   std::string reason;      ///< why: "no budget", "path derp", "observed delivery", ...
 };
 
+/// Share of the measured delivery rate a backed-up subscriber's cap is set to (the rest drains
+/// its queue).
+const double kDeliveredShare = 0.9;
+
 /// Observed-delivery cap of one subscriber after one period (kbit/s; NaN = no cap).
 /// `backlog_bytes`: bytes its TCP connection has not sent yet; `out_kbps`: what the stream sent
-/// over the period; `path_budget_kbps`: its path's budget (inf = none). A backlog above
-/// `max_backlog_ms` of stream sets the cap to 70 % of out_kbps (or keeps a lower one); a backlog
-/// below a quarter of that raises a cap by 15 % (by 50 % when nothing was unsent in this check and
-/// the one before), dropping it once it exceeds the path budget or 4 x out_kbps. No stream (out_kbps <= 0): the cap stays as it is.
-/// `prev_backlog_bytes`: the backlog one period earlier. A backlog above a quarter of
-/// `max_backlog_ms` in two periods in a row (a queue that does not drain: the link is full at this
-/// bitrate, however short the backlog is in ms of a fast stream) counts as backed up too.
+/// over the period; `path_budget_kbps`: its path's budget (inf = none); `delivered_kbps`: what its
+/// peer acknowledged over the period (TCP_INFO bytes_acked; NaN = not measured).
+/// Backed up (`backedUp`): the cap becomes kDeliveredShare x delivered_kbps, a measurement that
+/// replaces the old cap (no compounding while an old queue drains); unmeasured, 70 % of out_kbps
+/// (or a lower cap kept). A backlog below a quarter of `max_backlog_ms` raises a cap by 15 % (by
+/// 50 % when nothing was unsent in this check and the one before), dropping it once it exceeds the
+/// path budget or 4 x out_kbps. No stream (out_kbps <= 0): the cap stays as it is.
+/// `prev_backlog_bytes`: the backlog one period earlier.
 double nextObservedCap(double cap_kbps, double backlog_bytes, double out_kbps, double path_budget_kbps,
-                       double max_backlog_ms, double prev_backlog_bytes = 0.0);
+                       double max_backlog_ms, double prev_backlog_bytes = 0.0,
+                       double delivered_kbps = std::numeric_limits<double>::quiet_NaN());
 
-/// Whether a backlog counts as backed up (the test nextObservedCap uses).
+/// Whether a backlog counts as backed up (the test nextObservedCap uses): more than
+/// `max_backlog_ms` of stream at `out_kbps`, or more than a quarter of that in this period and the
+/// one before (a queue that does not drain: the link is full at this bitrate, however short the
+/// backlog is in ms of a fast stream).
 bool backedUp(double backlog_bytes, double prev_backlog_bytes, double out_kbps, double max_backlog_ms);
 
 /// Chooses quality and rate from subscribers' paths and the sizes of encoded frames.

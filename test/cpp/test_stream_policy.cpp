@@ -171,6 +171,33 @@ TEST(ObservedCap, BacklogThatDoesNotDrainCapsADirectPathToo)
   EXPECT_TRUE(std::isnan(nextObservedCap(NAN, 20000, 14900, inf, 200, 20000)));
 }
 
+TEST(ObservedCap, BackedUpCapFollowsTheMeasuredDeliveryWithoutCompounding)
+{
+  using overlay_manager::kDeliveredShare;
+  using overlay_manager::nextObservedCap;
+  const double inf = std::numeric_limits<double>::infinity();
+  // four 1920 kbit/s streams through a 5 Mbit/s uplink: this one's peer acknowledged 1150 kbit/s
+  // while 300 ms of stream waited: the cap is that measurement, not 70 % of what was sent
+  double cap = nextObservedCap(NAN, 72000, 1920, inf, 200, 0, 1150);
+  EXPECT_DOUBLE_EQ(cap, kDeliveredShare * 1150);
+  // the old queue still draining in the next periods: the cap stays at the measured rate instead
+  // of compounding (0.7 x 0.7 x ... is how four streams fell to min_video_kbps)
+  for (int period = 0; period < 4; ++period)
+  {
+    cap = nextObservedCap(cap, 60000, 0.8 * cap, inf, 200, 72000, 1150);
+    EXPECT_DOUBLE_EQ(cap, kDeliveredShare * 1150);
+  }
+  // a lower measurement lowers it, a higher one (the link recovered while a queue was left) raises it
+  EXPECT_DOUBLE_EQ(nextObservedCap(cap, 72000, 1920, inf, 200, 72000, 600), kDeliveredShare * 600);
+  EXPECT_DOUBLE_EQ(nextObservedCap(cap, 72000, 1920, inf, 200, 72000, 3000), kDeliveredShare * 3000);
+  // nothing acknowledged (a stalled link) or no counter: the blind cut, 70 % of what was sent, or
+  // the lower cap kept
+  EXPECT_DOUBLE_EQ(nextObservedCap(NAN, 72000, 1920, inf, 200, 72000, 0), 0.7 * 1920);
+  EXPECT_DOUBLE_EQ(nextObservedCap(cap, 72000, 1920, inf, 200, 72000, NAN), cap);
+  // not backed up: a measurement does not cap anything
+  EXPECT_TRUE(std::isnan(nextObservedCap(NAN, 0, 1920, inf, 200, 0, 1500)));
+}
+
 TEST(VideoBitrate, FollowsTheBudgetWithinLimits)
 {
   PolicyParams params;
