@@ -281,7 +281,7 @@ struct H264Encoder::Impl
   void applyBitrate(int kbps)
   {
     const int64_t bps = static_cast<int64_t>(kbps) * 1000;
-    ctx->bit_rate = bps;
+    ctx->bit_rate = params.crf > 0.0 ? 0 : bps;  // capped CRF: no average to keep, only the cap
     ctx->rc_max_rate = bps;  // VBV: never above the target over the buffer of vbv_s seconds
     ctx->rc_buffer_size = static_cast<int>(static_cast<double>(bps) * params.vbv_s);
     params.bitrate_kbps = kbps;
@@ -306,6 +306,8 @@ bool H264Encoder::open(const H264Params& p, std::string* error)
     return fail(error, "H264Params: gop must be at least 1 frame (got " + std::to_string(p.gop) + ")");
   if (!(p.vbv_s > 0.0 && p.vbv_s <= 10.0))
     return fail(error, "H264Params: vbv_s must be in (0, 10] seconds (got " + std::to_string(p.vbv_s) + ")");
+  if (!(p.crf >= 0.0 && p.crf <= 51.0))
+    return fail(error, "H264Params: crf must be in [0, 51] (0 = average bitrate; got " + std::to_string(p.crf) + ")");
   if (p.threads < 0)
     return fail(error, "H264Params: threads must be >= 0 (0 = automatic; got " + std::to_string(p.threads) + ")");
 
@@ -337,13 +339,15 @@ bool H264Encoder::open(const H264Params& p, std::string* error)
   c->color_primaries = AVCOL_PRI_BT470BG;
   c->color_trc = AVCOL_TRC_SMPTE170M;
   m.applyBitrate(p.bitrate_kbps);
-  c->bit_rate_tolerance = static_cast<int>(c->bit_rate);  // x264's default rate tolerance (1.0)
+  c->bit_rate_tolerance = static_cast<int>(c->rc_max_rate);  // x264's default rate tolerance (1.0)
 
   AVDictionary* opts = nullptr;
   if (!p.preset.empty())
     av_dict_set(&opts, "preset", p.preset.c_str(), 0);
   if (!p.tune.empty())
     av_dict_set(&opts, "tune", p.tune.c_str(), 0);
+  if (p.crf > 0.0)
+    av_dict_set(&opts, "crf", std::to_string(p.crf).c_str(), 0);
   av_dict_set(&opts, "forced-idr", "1", 0);  // a forced keyframe is an IDR, not a recovery-point I
   // explicit although they are x264's defaults without AV_CODEC_FLAG_GLOBAL_HEADER
   av_dict_set(&opts, "x264-params", "repeat-headers=1:annexb=1", 0);

@@ -31,6 +31,7 @@ const double kDiscoveryRetryS = 10.0;  ///< s between attempts to find the overl
 const char* const kNoOverlay = "no overlay node: paths unknown";
 const double kRecheckS = 0.1;             ///< h264: s between backlog checks while frames are skipped
 const double kMinForcedKeyframeS = 1.0;   ///< h264: at most one keyframe forced by a backlog per second
+const double kDeliveryCheckS = 0.5;       ///< s between delivery checks (adapt_to_delivery)
 
 double nanIfInf(double v)
 {
@@ -59,9 +60,8 @@ struct LinkAwareStream::Sub
   int connections = 0;
   std::string host;  ///< short name or address as the master gave it; "" = not looked up
   std::string path = paths::kUnknown;
-  double observed_cap_kbps = kNaN;
+  DeliveryCap cap;  ///< cap learnt from delivery to it (observeDelivery)
   uint32_t backlog_bytes = 0;
-  uint32_t prev_backlog_bytes = 0;  ///< one delivery check earlier
   uint64_t acked_bytes = 0;         ///< bytes its peer acknowledged (all its connections), last check
   ros::WallTime acked_at;           ///< when acked_bytes was read; zero = never
   ros::WallTime next_lookup;  ///< retry time after a failed lookupNode
@@ -100,6 +100,10 @@ StreamOptions readStreamOptions(const ros::NodeHandle& pnh, const std::string& f
   o.gop = pnh.param("gop", o.gop);
   if (o.gop < 1)
     throw ParamError(ns + "/gop: the keyframe interval must be >= 1 frame, got " + std::to_string(o.gop));
+  o.crf = pnh.param("crf", o.crf);
+  if (!(o.crf >= 0.0 && o.crf <= 51.0))
+    throw ParamError(ns + "/crf: x264's rate factor must be in [0, 51] (0 = average bitrate), got " +
+                     std::to_string(o.crf));
   PolicyParams& p = o.policy;
   p.max_video_kbps = pnh.param("max_video_kbps", p.max_video_kbps);
   p.min_video_kbps = pnh.param("min_video_kbps", p.min_video_kbps);
@@ -164,6 +168,9 @@ LinkAwareStream::LinkAwareStream(const ros::NodeHandle& nh, const std::string& t
   window_start_ = ros::WallTime::now();
   state_pub_ = control_nh_.advertise<StreamState>(topic_ + "/stream_state", 1, true);
   timer_ = control_nh_.createWallTimer(ros::WallDuration(options_.state_period), &LinkAwareStream::onTimer, this);
+  if (options_.adapt_to_delivery)
+    delivery_timer_ =
+        control_nh_.createWallTimer(ros::WallDuration(kDeliveryCheckS), &LinkAwareStream::onDeliveryCheck, this);
   if (options_.format == "h264")
     recheck_timer_ = control_nh_.createWallTimer(ros::WallDuration(kRecheckS), &LinkAwareStream::onRecheck, this);
   spinner_.reset(new ros::AsyncSpinner(1, &control_queue_));
@@ -179,6 +186,7 @@ LinkAwareStream::~LinkAwareStream()
 {
   stopping_ = true;
   timer_.stop();
+  delivery_timer_.stop();
   recheck_timer_.stop();
   if (spinner_)
     spinner_->stop();  // joins the control thread
@@ -190,6 +198,7 @@ void LinkAwareStream::stop()
 {
   stopping_ = true;
   timer_.stop();
+  delivery_timer_.stop();
   recheck_timer_.stop();
   state_pub_.shutdown();
   peers_sub_.shutdown();
@@ -265,8 +274,6 @@ void LinkAwareStream::onTimer(const ros::WallTimerEvent&)
     if (any)
     {
       ensurePeers();
-      if (options_.adapt_to_delivery)
-        observeDelivery();
       resolveAndDecide();
     }
     publishState();
@@ -274,6 +281,27 @@ void LinkAwareStream::onTimer(const ros::WallTimerEvent&)
   catch (const std::exception& e)
   {
     ROS_ERROR_THROTTLE(10.0, "%s: stream_state period failed: %s", topic_.c_str(), e.what());
+  }
+}
+
+/// Every kDeliveryCheckS while someone subscribes: what each connection has unsent and what its
+/// peer acknowledged, the caps learnt from that, and a new decision. Twice as often as stream_state
+/// by default, so a congested link is noticed (and a recovered one used again) within half a second.
+void LinkAwareStream::onDeliveryCheck(const ros::WallTimerEvent&)
+{
+  try
+  {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (subs_.empty() || stopping_)
+        return;
+    }
+    observeDelivery();
+    resolveAndDecide();
+  }
+  catch (const std::exception& e)
+  {
+    ROS_ERROR_THROTTLE(10.0, "%s: delivery check failed: %s", topic_.c_str(), e.what());
   }
 }
 
@@ -374,14 +402,14 @@ void LinkAwareStream::resolveAndDecide()
       if (path != s.path)
       {
         changed = true;
-        s.observed_cap_kbps = kNaN;  // learnt on the old path
+        s.cap.reset();  // learnt on the old path
       }
       s.path = path;
       SubscriberView v;
       v.node = kv.first;
       v.host = shortName(s.host, own_host_, peers.get(), options_.host_aliases);
       v.path = path;
-      v.observed_cap_kbps = s.observed_cap_kbps;
+      v.observed_cap_kbps = s.cap.cap();
       views.push_back(v);
     }
     policy_.setSubscribers(views);
@@ -453,7 +481,6 @@ void LinkAwareStream::observeDelivery()
     Sub& s = *kv.second;
     auto d = delivery.find(kv.first);
     const Delivery got = d == delivery.end() ? Delivery() : d->second;
-    s.prev_backlog_bytes = s.backlog_bytes;
     s.backlog_bytes = got.unsent_bytes;
     // acknowledged since the last check, in kbit/s; unknown on the first check, when the kernel
     // gives no counter, or when a connection came or went (the sum went down)
@@ -466,8 +493,8 @@ void LinkAwareStream::observeDelivery()
     SubscriberView v;
     v.path = s.path;
     v.observed_cap_kbps = kNaN;
-    s.observed_cap_kbps = nextObservedCap(s.observed_cap_kbps, s.backlog_bytes, out_kbps, policy_.budgetFor(v),
-                                          options_.max_backlog_ms, s.prev_backlog_bytes, delivered_kbps);
+    s.cap.update(now.toSec(), s.backlog_bytes, out_kbps, policy_.budgetFor(v), options_.max_backlog_ms,
+                 delivered_kbps);
     // h264 skips frames while a queue holds more than max_backlog_ms of stream
     backed_up = backed_up || (out_kbps > 0.0 && s.backlog_bytes * 8.0 / out_kbps > options_.max_backlog_ms);
   }
@@ -734,6 +761,7 @@ sensor_msgs::CompressedImagePtr LinkAwareStream::encodeH264(const sensor_msgs::I
     params.fps = options_.policy.max_rate_hz;
     params.bitrate_kbps = static_cast<int>(kbps);
     params.gop = options_.gop;
+    params.crf = options_.crf;
     if (!encoder.open(params, &error))
     {
       ROS_ERROR_THROTTLE(10.0, "%s: cannot open the H.264 encoder: %s", topic_.c_str(), error.c_str());

@@ -48,6 +48,26 @@ double nextObservedCap(double cap_kbps, double backlog_bytes, double out_kbps, d
   return cap_kbps;
 }
 
+constexpr double DeliveryCap::kLiftSpacingS;
+
+double DeliveryCap::update(double now_s, double backlog_bytes, double out_kbps, double path_budget_kbps,
+                           double max_backlog_ms, double delivered_kbps)
+{
+  const double prev = prev_backlog_bytes_;
+  prev_backlog_bytes_ = backlog_bytes;
+  const bool drained = out_kbps > 0.0 && backlog_bytes * 8.0 / out_kbps < max_backlog_ms / 4.0 &&
+                       prev * 8.0 / out_kbps < max_backlog_ms / 4.0;
+  if (!std::isnan(cap_kbps_) && drained && now_s - last_lift_s_ >= kLiftSpacingS)
+  {
+    last_lift_s_ = now_s;
+    cap_kbps_ = std::numeric_limits<double>::quiet_NaN();
+    return cap_kbps_;
+  }
+  cap_kbps_ = nextObservedCap(cap_kbps_, backlog_bytes, out_kbps, path_budget_kbps, max_backlog_ms, prev,
+                              delivered_kbps);
+  return cap_kbps_;
+}
+
 StreamPolicy::StreamPolicy(const PolicyParams& params) : params_(params)
 {
   decision_.quality = params_.max_quality;

@@ -55,10 +55,13 @@ struct StreamOptions
   std::string format = "jpeg";  ///< jpeg | png | h264
   int png_level = 3;            ///< zlib level 1..9 (png)
   int gop = 30;                 ///< h264: keyframe interval (frames)
+  /// h264: x264's constant rate factor under the bitrate cap ("capped CRF"; 0 = average bitrate
+  /// at the cap instead). See H264Params::crf.
+  double crf = 23.0;
   PolicyParams policy;
   bool adapt_to_delivery = true;  ///< lower a subscriber's budget when its connection backs up
   double max_backlog_ms = 200.0;  ///< unsent bytes (in ms of stream) that count as backing up
-  double state_period = 1.0;      ///< s between stream_state messages and delivery checks
+  double state_period = 1.0;      ///< s between stream_state messages (delivery is checked every 0.5 s)
   std::string peers_topic;        ///< overlay node's ~peers; "" = find it (ros_graph.h)
   HostAliases host_aliases;       ///< ~host_aliases: subscriber host -> machine short name
 };
@@ -68,7 +71,7 @@ struct StreamOptions
 HostAliases readHostAliases(const ros::NodeHandle& pnh);
 
 /// Reads StreamOptions from `params` (format, png_level, max_rate, min_rate, max_quality, min_quality,
-/// budget_kbps_<path>, adapt_to_delivery, max_backlog_ms, state_period, peers_topic; h264: gop,
+/// budget_kbps_<path>, adapt_to_delivery, max_backlog_ms, state_period, peers_topic; h264: gop, crf,
 /// max_video_kbps, min_video_kbps, video_share). `format` non-empty fixes the format (the h264
 /// transport) instead of reading it. Throws ParamError naming the parameter.
 StreamOptions readStreamOptions(const ros::NodeHandle& params, const std::string& format = "");
@@ -149,6 +152,7 @@ private:
   void resolveAndDecide();
   void observeDelivery();
   bool readDelivery(std::map<std::string, Delivery>* out);
+  void onDeliveryCheck(const ros::WallTimerEvent&);
   void onRecheck(const ros::WallTimerEvent&);
   void resumeLocked();
   void publishState();
@@ -165,6 +169,7 @@ private:
   ros::Publisher state_pub_;
   ros::Subscriber peers_sub_;
   ros::WallTimer timer_;
+  ros::WallTimer delivery_timer_;  ///< delivery checks (adapt_to_delivery)
   ros::WallTimer recheck_timer_;  ///< h264: backlog re-checks while frames are skipped
   ros::WallTime next_discovery_, peers_subscribed_at_;
   bool warned_no_overlay_ = false, warned_silent_peers_ = false;

@@ -111,6 +111,35 @@ double nextObservedCap(double cap_kbps, double backlog_bytes, double out_kbps, d
 /// backlog is in ms of a fast stream).
 bool backedUp(double backlog_bytes, double prev_backlog_bytes, double out_kbps, double max_backlog_ms);
 
+/// One subscriber's observed-delivery cap over successive delivery checks: nextObservedCap, plus
+/// the lift. A cap exists because the link could not carry the stream at some moment; once the
+/// connection has stayed drained (less than a quarter of `max_backlog_ms` unsent) in two checks in
+/// a row, the cap is dropped altogether instead of climbing back 50 % a check: after a congestion
+/// episode the stream is back at its path budget within a check or two, not after seconds of
+/// needlessly coarse pictures. Lifts are at least kLiftSpacingS apart, so on a link that stays
+/// congested the stream tries its full budget once every few seconds (and the cap follows the
+/// measured delivery again at once when that is too much), not at every drained check.
+class DeliveryCap
+{
+public:
+  /// Shortest time between two lifts (s).
+  static constexpr double kLiftSpacingS = 3.0;
+
+  /// One delivery check at `now_s` (s, any monotonic clock); arguments as nextObservedCap's.
+  /// Returns the new cap (kbit/s; NaN = none).
+  double update(double now_s, double backlog_bytes, double out_kbps, double path_budget_kbps, double max_backlog_ms,
+                double delivered_kbps);
+  /// The cap now (kbit/s; NaN = none).
+  double cap() const { return cap_kbps_; }
+  /// Forget the cap (the subscriber's path changed: what was learnt belongs to the old path).
+  void reset() { cap_kbps_ = std::numeric_limits<double>::quiet_NaN(); }
+
+private:
+  double cap_kbps_ = std::numeric_limits<double>::quiet_NaN();
+  double prev_backlog_bytes_ = 0.0;
+  double last_lift_s_ = -std::numeric_limits<double>::infinity();
+};
+
 /// Chooses quality and rate from subscribers' paths and the sizes of encoded frames.
 class StreamPolicy
 {

@@ -83,6 +83,8 @@ int main(int argc, char** argv)
       base.tune = next();
     else if (a == "--gop")
       base.gop = std::atoi(next().c_str());
+    else if (a == "--crf")
+      base.crf = std::atof(next().c_str());
     else if (a == "--vbv")
       base.vbv_s = std::atof(next().c_str());
     else if (a == "--encoding")

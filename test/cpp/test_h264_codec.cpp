@@ -200,17 +200,19 @@ TEST(H264Encoder, RequestKeyframeMakesTheNextPacketAnIdr)
   EXPECT_FALSE(encodeOne(enc, realScene()[13], 13).keyframe);
 }
 
-TEST(H264Encoder, SetBitrateChangesTheRateWithoutReopening)
+/// 240 frames of the real scene with the bit rate changed on the fly: 3000, at frame 75 500, at
+/// frame 165 3000 again (mid-GOP: a reopen would show as an IDR there). Returns the packets.
+std::vector<Packet> encodeWithBitrateSteps(double crf)
 {
-  REQUIRE_REAL_SCENE();
   H264Encoder enc;
   std::string err;
-  ASSERT_TRUE(enc.open(params640(3000), &err)) << err;
+  H264Params p = params640(3000);
+  p.crf = crf;
+  EXPECT_TRUE(enc.open(p, &err)) << err;
   const void* context = enc.codecContext();
   std::vector<Packet> pkts;
   for (size_t i = 0; i < 240; ++i)
   {
-    // mid-GOP changes: a reopen would show as an IDR at frame 75 or 165
     if (i == 75)
       enc.setBitrate(500);
     if (i == 165)
@@ -221,16 +223,46 @@ TEST(H264Encoder, SetBitrateChangesTheRateWithoutReopening)
   EXPECT_EQ(enc.params().bitrate_kbps, 3000);
   EXPECT_FALSE(pkts[75].keyframe) << "the bit rate change restarted the encoder";
   EXPECT_FALSE(pkts[165].keyframe) << "the bit rate change restarted the encoder";
+  return pkts;
+}
+
+double kbpsAt30Hz(double bytes_per_frame)
+{
+  return bytes_per_frame * 8 * 30 / 1000;
+}
+
+TEST(H264Encoder, SetBitrateChangesTheRateWithoutReopening)
+{
+  REQUIRE_REAL_SCENE();
+  const std::vector<Packet> pkts = encodeWithBitrateSteps(0.0);  // average bit rate
   const double high = averageBytes(pkts, 15, 75), low = averageBytes(pkts, 105, 165),
                again = averageBytes(pkts, 180, 240);
-  auto kbps = [](double bytes) { return bytes * 8 * 30 / 1000; };
-  std::printf("[ measured ] 60-frame windows: 3000 kbit/s target %.0f, then 500: %.0f, then 3000 again: %.0f kbit/s\n",
-              kbps(high), kbps(low), kbps(again));
+  std::printf("[ measured ] ABR, 60-frame windows: 3000 kbit/s target %.0f, then 500: %.0f, then 3000 again: %.0f kbit/s\n",
+              kbpsAt30Hz(high), kbpsAt30Hz(low), kbpsAt30Hz(again));
   EXPECT_GT(high, 3.0 * low);
-  EXPECT_NEAR(kbps(high), 3000, 900);
-  EXPECT_NEAR(kbps(low), 500, 150);
+  EXPECT_NEAR(kbpsAt30Hz(high), 3000, 900);
+  EXPECT_NEAR(kbpsAt30Hz(low), 500, 150);
   // x264's average-bit-rate control lowers the rate within about half a second (the VBV caps it)
   // but raises it over two to three seconds: the first 2.5 s after the raise already double it
+  EXPECT_GT(again, 2.0 * low);
+}
+
+TEST(H264Encoder, CappedCrfSpendsWhatTheSceneNeedsAndRecoversAtOnce)
+{
+  REQUIRE_REAL_SCENE();
+  const std::vector<Packet> pkts = encodeWithBitrateSteps(23.0);
+  const double high = averageBytes(pkts, 15, 75), low = averageBytes(pkts, 105, 165),
+               first_half_second = averageBytes(pkts, 166, 181), again = averageBytes(pkts, 180, 240);
+  std::printf("[ measured ] capped CRF 23, 60-frame windows: cap 3000 kbit/s %.0f, cap 500: %.0f, cap 3000 again: "
+              "%.0f (first 0.5 s %.0f) kbit/s\n",
+              kbpsAt30Hz(high), kbpsAt30Hz(low), kbpsAt30Hz(again), kbpsAt30Hz(first_half_second));
+  // under a cap it does not need, the rate is the scene's (well below 3000), never above the cap
+  EXPECT_LT(kbpsAt30Hz(high), 3000 * 1.1);
+  EXPECT_GT(high, 2.0 * low);
+  // the low cap holds
+  EXPECT_NEAR(kbpsAt30Hz(low), 500, 150);
+  // no debt to repay: the half second after the raise is already at least double the capped rate
+  EXPECT_GT(first_half_second, 2.0 * low);
   EXPECT_GT(again, 2.0 * low);
 }
 

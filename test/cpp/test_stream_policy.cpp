@@ -198,6 +198,33 @@ TEST(ObservedCap, BackedUpCapFollowsTheMeasuredDeliveryWithoutCompounding)
   EXPECT_TRUE(std::isnan(nextObservedCap(NAN, 0, 1920, inf, 200, 0, 1500)));
 }
 
+TEST(DeliveryCap, LiftedWhenDrainedTwiceButAtMostOnceEverySpacing)
+{
+  using overlay_manager::DeliveryCap;
+  const double inf = std::numeric_limits<double>::infinity();
+  DeliveryCap c;
+  // no cap, nothing unsent: nothing to lift
+  EXPECT_TRUE(std::isnan(c.update(0.0, 0, 1920, inf, 200, 1900)));
+  // a congestion episode: 300 ms unsent, 1150 kbit/s acknowledged
+  EXPECT_DOUBLE_EQ(c.update(0.5, 72000, 1920, inf, 200, 1150), overlay_manager::kDeliveredShare * 1150);
+  // one drained check after a backed-up one: not yet (the cap is raised as before)
+  const double cap = c.cap();
+  EXPECT_GT(c.update(1.0, 0, 830, inf, 200, 830), cap);
+  // drained twice in a row: lifted, the stream is back at its path budget
+  EXPECT_TRUE(std::isnan(c.update(1.5, 0, 830, inf, 200, 830)));
+  // the link is still congested: the cap follows the measurement at once
+  EXPECT_DOUBLE_EQ(c.update(2.0, 72000, 1920, inf, 200, 1100), overlay_manager::kDeliveredShare * 1100);
+  // drained twice again, but within kLiftSpacingS of the last lift: the cap only climbs
+  EXPECT_FALSE(std::isnan(c.update(2.5, 0, 800, inf, 200, 800)));
+  EXPECT_FALSE(std::isnan(c.update(3.0, 0, 800, inf, 200, 800)));
+  // after the spacing: lifted again
+  EXPECT_TRUE(std::isnan(c.update(1.5 + DeliveryCap::kLiftSpacingS, 0, 800, inf, 200, 800)));
+  // reset forgets a cap (the path changed)
+  c.update(5.0, 72000, 1920, inf, 200, 1100);
+  c.reset();
+  EXPECT_TRUE(std::isnan(c.cap()));
+}
+
 TEST(VideoBitrate, FollowsTheBudgetWithinLimits)
 {
   PolicyParams params;
