@@ -98,7 +98,7 @@ const double kDeliveredShare = 0.9;
 /// Backed up (`backedUp`): the cap becomes kDeliveredShare x delivered_kbps, a measurement that
 /// replaces the old cap (no compounding while an old queue drains); unmeasured, 70 % of out_kbps
 /// (or a lower cap kept). A backlog below a quarter of `max_backlog_ms` raises a cap by 15 % (by
-/// 50 % when nothing was unsent in this check and the one before), dropping it once it exceeds the
+/// 50 % when the backlog one check earlier was below that too), dropping it once it exceeds the
 /// path budget or 4 x out_kbps. No stream (out_kbps <= 0): the cap stays as it is.
 /// `prev_backlog_bytes`: the backlog one period earlier.
 double nextObservedCap(double cap_kbps, double backlog_bytes, double out_kbps, double path_budget_kbps,
@@ -123,7 +123,7 @@ class DeliveryCap
 {
 public:
   /// Shortest time between two lifts (s).
-  static constexpr double kLiftSpacingS = 3.0;
+  static constexpr double kLiftSpacingS = 2.0;
 
   /// One delivery check at `now_s` (s, any monotonic clock); arguments as nextObservedCap's.
   /// Returns the new cap (kbit/s; NaN = none).

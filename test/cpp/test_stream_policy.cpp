@@ -145,11 +145,12 @@ TEST(ObservedCap, BacklogCapsThenDrainedQueueLiftsIt)
   EXPECT_DOUBLE_EQ(nextObservedCap(1000.0, 300000, 8000, inf, 200), 1000.0);
   // between a quarter and the limit: kept
   EXPECT_DOUBLE_EQ(nextObservedCap(cap, 100000, 5600, inf, 200), cap);
-  // drained: +15 % a period
-  EXPECT_DOUBLE_EQ(nextObservedCap(cap, 0, 5600, inf, 200, 10000), cap * 1.15);
-  // drained in two checks in a row: the link has room again, the cap comes back faster
+  // drained after a check with more unsent (70 KB = 100 ms of 5600 kbit/s): +15 % a check
+  EXPECT_DOUBLE_EQ(nextObservedCap(cap, 0, 5600, inf, 200, 70000), cap * 1.15);
+  // drained (under a quarter of the limit, 50 ms = 35 KB) in two checks in a row: the link has
+  // room again, the cap comes back faster; a few KB unsent at the instant of a check still counts
   EXPECT_DOUBLE_EQ(nextObservedCap(cap, 0, 5600, inf, 200, 0), cap * 1.5);
-  EXPECT_DOUBLE_EQ(nextObservedCap(cap, 5000, 5600, inf, 200, 0), cap * 1.15);
+  EXPECT_DOUBLE_EQ(nextObservedCap(cap, 5000, 5600, inf, 200, 10000), cap * 1.5);
   // no cap and no backlog: stays without a cap
   EXPECT_TRUE(std::isnan(nextObservedCap(NAN, 0, 8000, inf, 200)));
   // lifted once above the path budget or far above what the stream sends
