@@ -2,7 +2,7 @@
 
     source "$(bash scripts/build)/devel/setup.bash"
     sudo -E /usr/bin/python3 -m overlay_manager.lab.bench.fleet [--out artifacts] [--seconds 10]
-         [--uplink-mbit 30] [--budget-kbps 6000] [--episode-mbit 10] [--no-episode]
+         [--uplink-mbit 30] [--budget-kbps 6000] [--episode-mbit 5] [--no-episode]
     /usr/bin/python3 -m overlay_manager.lab.bench.fleet --replot artifacts/bench_fleet.json
 
 The campus of fleet_camera.py: alpha-robot1..4 in one building whose router drops UDP (every
@@ -310,7 +310,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     ap.add_argument("--seconds", type=float, default=10.0, help="measurement per stream kind")
     ap.add_argument("--uplink-mbit", type=float, default=UPLINK_MBIT)
     ap.add_argument("--budget-kbps", type=float, default=BUDGET_KBPS, help="each encoder's budget on derp")
-    ap.add_argument("--episode-mbit", type=float, default=10.0, help="uplink during the congestion episode")
+    ap.add_argument("--episode-mbit", type=float, default=5.0,
+                    help="uplink during the congestion episode (Mbit/s; 5: below what four H.264 streams send)")
     ap.add_argument("--no-episode", action="store_true")
     ap.add_argument("--run-id", default=None)
     ap.add_argument("--replot", metavar="JSON", help="only re-render the table and plots from a bench_fleet.json")
