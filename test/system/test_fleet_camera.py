@@ -30,14 +30,15 @@ import pytest
 from overlay_manager.lab.campus import camera_streams, robots
 from overlay_manager.lab.campus.fleet_camera import LAPTOP, ROBOTS, SPEC, FleetCamera, node
 
-MIN_HZ = {"h264": 10.0, "jpeg": 5.0}
+MIN_HZ = {"h264": 25.0, "jpeg": 5.0}
 """Per stream kind: every stream must flow over derp while four share the uplink, far above raw's
-0.5-0.8 Hz. The goal for H.264 is >= 25 Hz (docs/bench.md); on this 2-core machine, where four
-encoders, the DERP server, six tailscaleds and the viewer's four decoders share the CPU, a fresh-clone
-run measured 17.6 Hz for one of the four H.264 streams (skip-to-keyframe episodes: gaps up to 1 s),
-so the bound here is what holds on a busy 2-core machine, not the goal. Four link-aware JPEG
-streams do not fit this uplink at 30 Hz (about 4 Mbit/s each at the lowest quality on this scene):
-they must flow, at a reduced rate."""
+0.5-0.8 Hz. H.264: the goal's >= 25 Hz (docs/bench.md; 29.9-30.0 Hz measured on a quiet machine,
+28.7-29.4 Hz at load 5.4). On a 2-core machine where four encoders, the DERP server, five
+tailscaleds and the viewer's four decoders share the CPU, one stall can cost a window a few
+frames, so a window below the bound is measured once more (MEASURE_TRIES); a stream that is really
+slow stays slow in both. Four link-aware JPEG streams do not fit this uplink at 30 Hz (about
+4 Mbit/s each at the lowest quality on this scene): they must flow, at a reduced rate."""
+MEASURE_TRIES = 2
 MIN_PSNR_DB = 30.0  # a wrong source frame gives 15-25 dB on this scene; JPEG at low quality 32+
 KEYFRAME_WAIT_S = 2.0
 MEASURE_S = 8.0
@@ -61,7 +62,12 @@ def fleet(lab_factory):
 
 def test_four_streams_over_one_relayed_uplink(fleet):
     kind = fleet.best_kind()
-    res = fleet.measure(kind, MEASURE_S, psnr_every=3)
+    for attempt in range(MEASURE_TRIES):
+        res = fleet.measure(kind, MEASURE_S, psnr_every=3)
+        slow = {r: res["streams"][r]["rate_hz"] for r in ROBOTS if res["streams"][r]["rate_hz"] < MIN_HZ[kind]}
+        if not slow:
+            break
+        print(f"window {attempt + 1}: below {MIN_HZ[kind]} Hz: {slow}", flush=True)
     MEASURED[kind] = res
     for r in ROBOTS:
         print(f"{kind} {r}: {json.dumps(res['streams'][r])}")
