@@ -63,6 +63,7 @@ struct LinkAwareStream::Sub
   DeliveryCap cap;  ///< cap learnt from delivery to it (observeDelivery)
   uint32_t backlog_bytes = 0;
   uint64_t acked_bytes = 0;         ///< bytes its peer acknowledged (all its connections), last check
+  double queue_delay_ms = kNaN;     ///< round trip above its minimum, last check (NaN = unknown)
   ros::WallTime acked_at;           ///< when acked_bytes was read; zero = never
   ros::WallTime next_lookup;  ///< retry time after a failed lookupNode
 };
@@ -419,8 +420,11 @@ void LinkAwareStream::resolveAndDecide()
 }
 
 /// Per subscriber: bytes its TCP connection has not sent yet (SIOCOUTQNSD on the socket of its
-/// connection, found through this process's bus info) and bytes its peer has acknowledged
-/// (TCP_INFO tcpi_bytes_acked, summed over its connections; 0 when the kernel does not say).
+/// connection, found through this process's bus info), bytes its peer has acknowledged
+/// (TCP_INFO tcpi_bytes_acked, summed over its connections; 0 when the kernel does not say) and
+/// how long its bytes wait in queues on the path (TCP_INFO rtt - min_rtt, the largest of its
+/// connections): a relay with deep buffers (tailscaled's DERP connection) takes bytes the link
+/// cannot carry yet, so they leave the socket and show only as a longer round trip.
 /// Unsent bytes pile up only when the connection cannot carry what the stream makes (bytes in
 /// flight on a long round trip do not count: those are latency, not a lack of capacity). A
 /// backlog above max_backlog_ms of stream sets that subscriber's cap from the rate its peer
@@ -460,9 +464,17 @@ bool LinkAwareStream::readDelivery(std::map<std::string, Delivery>* out)
       d.unsent_bytes = std::max(d.unsent_bytes, static_cast<uint32_t>(outq));
     struct tcp_info ti = {};
     socklen_t len = sizeof(ti);
-    if (getsockopt(fd, IPPROTO_TCP, TCP_INFO, &ti, &len) == 0 &&
-        len >= offsetof(struct tcp_info, tcpi_bytes_acked) + sizeof(ti.tcpi_bytes_acked))
+    if (getsockopt(fd, IPPROTO_TCP, TCP_INFO, &ti, &len) != 0)
+      continue;
+    if (len >= offsetof(struct tcp_info, tcpi_bytes_acked) + sizeof(ti.tcpi_bytes_acked))
       d.acked_bytes += ti.tcpi_bytes_acked;
+    // smoothed round trip over the lowest one seen (Linux >= 4.10): time spent in queues on the way
+    if (len >= offsetof(struct tcp_info, tcpi_min_rtt) + sizeof(ti.tcpi_min_rtt) && ti.tcpi_min_rtt > 0 &&
+        ti.tcpi_rtt >= ti.tcpi_min_rtt)
+    {
+      const double queued_ms = (ti.tcpi_rtt - ti.tcpi_min_rtt) / 1000.0;
+      d.queue_delay_ms = std::isnan(d.queue_delay_ms) ? queued_ms : std::max(d.queue_delay_ms, queued_ms);
+    }
   }
   return true;
 }
@@ -493,8 +505,9 @@ void LinkAwareStream::observeDelivery()
     SubscriberView v;
     v.path = s.path;
     v.observed_cap_kbps = kNaN;
+    s.queue_delay_ms = got.queue_delay_ms;
     s.cap.update(now.toSec(), s.backlog_bytes, out_kbps, policy_.budgetFor(v), options_.max_backlog_ms,
-                 delivered_kbps);
+                 delivered_kbps, got.queue_delay_ms);
     // h264 skips frames while a queue holds more than max_backlog_ms of stream
     backed_up = backed_up || (out_kbps > 0.0 && s.backlog_bytes * 8.0 / out_kbps > options_.max_backlog_ms);
   }
@@ -617,6 +630,7 @@ void LinkAwareStream::publishState()
       s.observed_cap_kbps = v.observed_cap_kbps;
       auto it = subs_.find(v.node);
       s.backlog_bytes = it == subs_.end() ? 0 : it->second->backlog_bytes;
+      s.queue_delay_ms = it == subs_.end() ? kNaN : it->second->queue_delay_ms;
       s.quality = st.quality;
       s.codec = options_.format;
       s.codec_reason = h264 ? "subscribed to the link_aware_h264 transport (" + topic_ +

@@ -16,23 +16,38 @@ bool backedUp(double backlog_bytes, double prev_backlog_bytes, double out_kbps, 
   return backlog_ms > max_backlog_ms || (backlog_ms > max_backlog_ms / 4.0 && prev_ms > max_backlog_ms / 4.0);
 }
 
+bool queueBuilt(double queue_delay_ms, double max_backlog_ms)
+{
+  return queue_delay_ms > max_backlog_ms / 2.0;  // NaN (not measured): false
+}
+
+bool queueQuiet(double queue_delay_ms, double max_backlog_ms)
+{
+  return !(queue_delay_ms >= max_backlog_ms / 4.0);  // NaN (not measured): quiet
+}
+
 double nextObservedCap(double cap_kbps, double backlog_bytes, double out_kbps, double path_budget_kbps,
-                       double max_backlog_ms, double prev_backlog_bytes, double delivered_kbps)
+                       double max_backlog_ms, double prev_backlog_bytes, double delivered_kbps, double queue_delay_ms)
 {
   if (!(out_kbps > 0.0))
     return cap_kbps;
   const double backlog_ms = backlog_bytes * 8.0 / out_kbps;  // kbit/s = bit/ms
-  if (backedUp(backlog_bytes, prev_backlog_bytes, out_kbps, max_backlog_ms))
+  if (backedUp(backlog_bytes, prev_backlog_bytes, out_kbps, max_backlog_ms) ||
+      queueBuilt(queue_delay_ms, max_backlog_ms))
   {
-    // The connection had bytes waiting, so what its peer acknowledged over the period is what the
-    // link carries for it now: the cap follows that measurement (kDeliveredShare of it, the rest
-    // drains the queue) instead of cutting again for every period the old queue takes to drain,
-    // which compounded a 5 Mbit/s congestion episode of four streams down to min_video_kbps.
+    // The connection had bytes waiting (in its socket, or in a queue on the path that its round
+    // trip shows), so what its peer acknowledged over the period is what the link carries for it
+    // now: the cap follows that measurement (kDeliveredShare of it, the rest drains the queue;
+    // kDrainShare when the path holds more than max_backlog_ms) instead of cutting again for
+    // every period an old queue takes to drain, which compounded a 5 Mbit/s congestion episode
+    // of four streams down to min_video_kbps.
     if (delivered_kbps > 0.0)
-      return kDeliveredShare * delivered_kbps;
+      return (queue_delay_ms > max_backlog_ms ? kDrainShare : kDeliveredShare) * delivered_kbps;
     const double cap = 0.7 * out_kbps;  // no measurement: a blind cut
     return std::isnan(cap_kbps) ? cap : std::min(cap_kbps, cap);
   }
+  if (!queueQuiet(queue_delay_ms, max_backlog_ms))
+    return cap_kbps;  // some queue on the path: hold
   if (!std::isnan(cap_kbps) && backlog_ms < max_backlog_ms / 4.0)
   {
     // Drained in two checks in a row (less than a quarter of max_backlog_ms unsent, as in this
@@ -53,12 +68,12 @@ double nextObservedCap(double cap_kbps, double backlog_bytes, double out_kbps, d
 constexpr double DeliveryCap::kLiftSpacingS;
 
 double DeliveryCap::update(double now_s, double backlog_bytes, double out_kbps, double path_budget_kbps,
-                           double max_backlog_ms, double delivered_kbps)
+                           double max_backlog_ms, double delivered_kbps, double queue_delay_ms)
 {
   const double prev = prev_backlog_bytes_;
   prev_backlog_bytes_ = backlog_bytes;
   const bool drained = out_kbps > 0.0 && backlog_bytes * 8.0 / out_kbps < max_backlog_ms / 4.0 &&
-                       prev * 8.0 / out_kbps < max_backlog_ms / 4.0;
+                       prev * 8.0 / out_kbps < max_backlog_ms / 4.0 && queueQuiet(queue_delay_ms, max_backlog_ms);
   if (!std::isnan(cap_kbps_) && drained && now_s - last_lift_s_ >= kLiftSpacingS)
   {
     last_lift_s_ = now_s;
@@ -66,7 +81,7 @@ double DeliveryCap::update(double now_s, double backlog_bytes, double out_kbps, 
     return cap_kbps_;
   }
   cap_kbps_ = nextObservedCap(cap_kbps_, backlog_bytes, out_kbps, path_budget_kbps, max_backlog_ms, prev,
-                              delivered_kbps);
+                              delivered_kbps, queue_delay_ms);
   return cap_kbps_;
 }
 

@@ -12,8 +12,9 @@
 //     the work to the control thread; they never block on I/O (a camera driver calls them from its
 //     own spinner).
 //   * control thread (own callback queue + one-thread AsyncSpinner): finding the overlay node, ~peers,
-//     master lookups of subscribers' machines, this process's bus info and socket queues (delivery),
-//     the state timer and the owner's hook. It does the blocking work without mutex_ and swaps the
+//     master lookups of subscribers' machines, this process's bus info and each connection's socket
+//     counters (the delivery timer, every 0.5 s: unsent bytes and bytes acknowledged), the state
+//     timer and the owner's hook. It does the blocking work without mutex_ and swaps the
 //     results in under it. Nothing logs or calls the master while holding mutex_. A master that hangs
 //     stalls this thread (stream_state stops), never the frames: they go on with the last decision.
 #ifndef OVERLAY_MANAGER_LINK_AWARE_STREAM_H
@@ -32,6 +33,7 @@
 
 #include <atomic>
 #include <functional>
+#include <limits>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -143,6 +145,8 @@ private:
   {
     uint32_t unsent_bytes = 0;  ///< largest unsent queue of its connections (SIOCOUTQNSD)
     uint64_t acked_bytes = 0;   ///< bytes acknowledged by its peer, summed (TCP_INFO)
+    /// largest round trip above its minimum (ms, TCP_INFO rtt - min_rtt); NaN = unknown
+    double queue_delay_ms = std::numeric_limits<double>::quiet_NaN();
   };
   void post(std::function<void()> fn);
   void onChange();

@@ -215,7 +215,7 @@ TEST(DeliveryCap, LiftedWhenDrainedTwiceButAtMostOnceEverySpacing)
   EXPECT_TRUE(std::isnan(c.update(1.5, 0, 830, inf, 200, 830)));
   // the link is still congested: the cap follows the measurement at once
   EXPECT_DOUBLE_EQ(c.update(2.0, 72000, 1920, inf, 200, 1100), overlay_manager::kDeliveredShare * 1100);
-  // drained twice again, but within kLiftSpacingS of the last lift: the cap only climbs
+  // drained twice again, but within the spacing of the last lift: the cap only climbs
   EXPECT_FALSE(std::isnan(c.update(2.5, 0, 800, inf, 200, 800)));
   EXPECT_FALSE(std::isnan(c.update(3.0, 0, 800, inf, 200, 800)));
   // after the spacing: lifted again
@@ -224,6 +224,39 @@ TEST(DeliveryCap, LiftedWhenDrainedTwiceButAtMostOnceEverySpacing)
   c.update(5.0, 72000, 1920, inf, 200, 1100);
   c.reset();
   EXPECT_TRUE(std::isnan(c.cap()));
+}
+
+TEST(ObservedCap, AQueueOnThePathCountsAsCongestionWhenTheSocketIsEmpty)
+{
+  using overlay_manager::kDeliveredShare;
+  using overlay_manager::kDrainShare;
+  using overlay_manager::nextObservedCap;
+  const double inf = std::numeric_limits<double>::infinity();
+  // nothing unsent in the socket (a relay's buffers took the bytes), but the round trip is 150 ms
+  // above its minimum: congested, capped at what the peer acknowledged
+  EXPECT_DOUBLE_EQ(nextObservedCap(NAN, 0, 1920, inf, 200, 0, 1200, 150), kDeliveredShare * 1200);
+  // more than max_backlog_ms queued on the path: the cap leaves room for it to drain
+  EXPECT_DOUBLE_EQ(nextObservedCap(NAN, 0, 1920, inf, 200, 0, 1200, 900), kDrainShare * 1200);
+  // a small path queue (between a quarter and a half of the limit) holds a cap: no raise
+  EXPECT_DOUBLE_EQ(nextObservedCap(1000.0, 0, 900, inf, 200, 0, 900, 70), 1000.0);
+  // a quiet path (under a quarter) lets it rise as before; unmeasured counts as quiet
+  EXPECT_DOUBLE_EQ(nextObservedCap(1000.0, 0, 900, inf, 200, 0, 900, 10), 1500.0);
+  EXPECT_DOUBLE_EQ(nextObservedCap(1000.0, 0, 900, inf, 200, 0, 900, NAN), 1500.0);
+  // no cap and a quiet path: nothing to do
+  EXPECT_TRUE(std::isnan(nextObservedCap(NAN, 0, 1920, inf, 200, 0, 1900, 5)));
+}
+
+TEST(DeliveryCap, NoLiftWhileThePathHoldsAQueue)
+{
+  using overlay_manager::DeliveryCap;
+  const double inf = std::numeric_limits<double>::infinity();
+  DeliveryCap c;
+  c.update(0.0, 72000, 1920, inf, 200, 1150, 20);
+  c.update(0.5, 0, 830, inf, 200, 830, 70);
+  // drained sockets twice, but 70 ms of queue on the path: held, not lifted
+  EXPECT_FALSE(std::isnan(c.update(1.0, 0, 830, inf, 200, 830, 70)));
+  // the path queue gone (and the sockets still drained): lifted
+  EXPECT_TRUE(std::isnan(c.update(1.5, 0, 830, inf, 200, 830, 5)));
 }
 
 TEST(VideoBitrate, FollowsTheBudgetWithinLimits)

@@ -2,7 +2,7 @@
 
     source "$(bash scripts/build)/devel/setup.bash"
     sudo -E /usr/bin/python3 -m overlay_manager.lab.bench.fleet [--out artifacts] [--seconds 10]
-         [--uplink-mbit 30] [--budget-kbps 6000] [--episode-mbit 5] [--no-episode]
+         [--uplink-mbit 30] [--budget-kbps 6000] [--episode-mbit 5] [--episode-s 5] [--no-episode]
     /usr/bin/python3 -m overlay_manager.lab.bench.fleet --replot artifacts/bench_fleet.json
 
 The campus of fleet_camera.py: alpha-robot1..4 in one building whose router drops UDP (every
@@ -16,7 +16,7 @@ Per stream: delivered rate, PSNR against the source frame (mean, p5, min), laten
 and the encoder's CPU (its processes' utime + stime over the seconds it worked, % of one core).
 
 Congestion episode (last): the best kind streams for 22 s; 9 s in, the uplink drops to
-``--episode-mbit`` for 5 s, then back. Reported per stream: mean PSNR before the episode, the
+``--episode-mbit`` for ``--episode-s`` (5 s), then back. Reported per stream: mean PSNR before the episode, the
 lowest PSNR during it and after it (from 1 s after the limit is lifted, the encoder's reaction
 time), frames and undecodable messages; the check: no decoded frame after the episode more than
 :data:`EPISODE_MARGIN_DB` below the stream's mean before it.
@@ -81,16 +81,19 @@ def episode_check(frames: Sequence[Sequence[Any]], t_congest: float, t_restore: 
     after = ps(t_restore + settle_s, 1e18)
     mean = sum(before) / len(before) if before else None
     low_after = min(after) if after else None
-    rate_during = len([f for f in frames if t_congest <= f[0] < t_restore]) / max(1e-9, t_restore - t_congest)
+    in_episode = [f for f in frames if t_congest <= f[0] < t_restore]
+    rate_during = len(in_episode) / max(1e-9, t_restore - t_congest)
     return {"psnr_mean_before": None if mean is None else round(mean, 2),
             "psnr_min_during": min(during) if during else None, "psnr_min_after": low_after,
             "psnr_p5_after": percentile(after, 5), "frames_before": len(before), "frames_after": len(after),
             "rate_hz_during": round(rate_during, 1),
+            "latency_p99_ms_during": percentile([f[2] for f in in_episode], 99),
+            "kbps_during": round(sum(f[3] for f in in_episode) * 8 / 1000 / max(1e-9, t_restore - t_congest)),
             "ok": None if mean is None or low_after is None else low_after >= mean - margin_db}
 
 
 def run(out_dir: Path, seconds: float, uplink_mbit: float, budget_kbps: float, episode_mbit: Optional[float],
-        run_id: Optional[str] = None) -> Dict[str, Any]:
+        run_id: Optional[str] = None, episode_s: float = EPISODE_S) -> Dict[str, Any]:
     """The whole benchmark; returns the JSON data (also written to out_dir)."""
     t_run = time.monotonic()
     load_start = load_average()
@@ -124,15 +127,17 @@ def run(out_dir: Path, seconds: float, uplink_mbit: float, budget_kbps: float, e
                 time.sleep(EPISODE_AT_S)
                 marks["t_congest"] = time.monotonic()
                 lab.impair(ROBOT_BUILDING, Impairment(rate_mbit=episode_mbit))
-                time.sleep(EPISODE_S)
+                time.sleep(episode_s)
                 lab.impair(ROBOT_BUILDING, Impairment(rate_mbit=uplink_mbit))
                 marks["t_restore"] = time.monotonic()
 
-            say(f"congestion episode on {best}: uplink {uplink_mbit:g} -> {episode_mbit:g} Mbit/s for {EPISODE_S:g} s")
+            say(f"congestion episode on {best}: uplink {uplink_mbit:g} -> {episode_mbit:g} Mbit/s for {episode_s:g} s")
             try:
-                res = fc.measure(best, EPISODE_RUN_S, psnr_every=1, control=False, frames=True, during=congest)
+                res = fc.measure(best, EPISODE_RUN_S - EPISODE_S + episode_s, psnr_every=1, control=False, frames=True,
+                                 during=congest)
                 q = res["quality"]["streams"]
-                episode = {"kind": best, "episode_mbit": episode_mbit, "t_start": res["quality"]["t_start"],
+                episode = {"kind": best, "episode_mbit": episode_mbit, "episode_s": episode_s,
+                           "t_start": res["quality"]["t_start"],
                            **marks, "streams": {}}
                 for r in ROBOTS:
                     frames = q[fc.streams[r][best]].get("frames") or []
@@ -222,15 +227,19 @@ def render_markdown(data: Dict[str, Any]) -> str:
     ep = data.get("episode") or {}
     if ep.get("streams"):
         lines += ["", f"Congestion episode ({camera_streams.KIND_LABELS.get(ep['kind'], ep['kind'])}): uplink "
-                      f"{m['uplink_mbit']:g} -> {ep['episode_mbit']:g} Mbit/s for {EPISODE_S:g} s; PSNR after = from "
-                      f"{EPISODE_SETTLE_S:g} s after the limit is lifted; check: no frame after it more than "
+                      f"{m['uplink_mbit']:g} -> {ep['episode_mbit']:g} Mbit/s for "
+                      f"{ep.get('episode_s', EPISODE_S):g} s; PSNR after = from {EPISODE_SETTLE_S:g} s after the "
+                      "limit is lifted; check: no frame after it more than "
                       f"{m['episode_margin_db']:g} dB below the mean before.", "",
-                  "| robot | PSNR mean before | min during | min / p5 after | rate during Hz | undecodable | check |",
-                  "|---|---|---|---|---|---|---|"]
+                  "| robot | PSNR mean before | min during | min / p5 after | rate during Hz | latency p99 during ms | "
+                  "Mbit/s during | undecodable | check |",
+                  "|---|---|---|---|---|---|---|---|---|"]
         for r, e in ep["streams"].items():
             lines.append(f"| {r} | {_psnr(e['psnr_mean_before'])} | {_psnr(e['psnr_min_during'])} | "
                          f"{_psnr(e['psnr_min_after'])} / {_psnr(e['psnr_p5_after'])} | {e['rate_hz_during']} | "
-                         f"{e['undecodable']} | {'ok' if e['ok'] else ('-' if e['ok'] is None else 'FAILED')} |")
+                         f"{_f(e.get('latency_p99_ms_during'), '{:.0f}')} | "
+                         f"{_f((e.get('kbps_during') or 0) / 1000, '{:.2f}')} | {e['undecodable']} | "
+                         f"{'ok' if e['ok'] else ('-' if e['ok'] is None else 'FAILED')} |")
     for err in m.get("errors") or []:
         lines.append(f"\nNot measured: {err}")
     return "\n".join(lines) + "\n"
@@ -312,6 +321,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     ap.add_argument("--budget-kbps", type=float, default=BUDGET_KBPS, help="each encoder's budget on derp")
     ap.add_argument("--episode-mbit", type=float, default=5.0,
                     help="uplink during the congestion episode (Mbit/s; 5: below what four H.264 streams send)")
+    ap.add_argument("--episode-s", type=float, default=EPISODE_S,
+                    help="how long the congestion episode lasts (s; long ones show a link that stays congested)")
     ap.add_argument("--no-episode", action="store_true")
     ap.add_argument("--run-id", default=None)
     ap.add_argument("--replot", metavar="JSON", help="only re-render the table and plots from a bench_fleet.json")
@@ -323,7 +334,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print("bench_fleet: needs root (network namespaces)", file=sys.stderr)
         return 2
     try:
-        data = run(out, a.seconds, a.uplink_mbit, a.budget_kbps, None if a.no_episode else a.episode_mbit, a.run_id)
+        data = run(out, a.seconds, a.uplink_mbit, a.budget_kbps, None if a.no_episode else a.episode_mbit, a.run_id,
+                   a.episode_s)
     except LabError as exc:
         print(f"bench_fleet: error: {exc}", file=sys.stderr)
         return 1
