@@ -1,5 +1,6 @@
-// Low-latency H.264 for the link-aware camera: an encoder on libavcodec's libx264 wrapper and a
-// decoder on libavcodec's h264 decoder, with libswscale for the colour conversion. No ROS types.
+// Low-latency H.264 for the link-aware camera: an encoder on libavcodec's libx264 wrapper (OpenCV
+// converts its input to YUV) and a decoder on libavcodec's h264 decoder (libswscale converts its
+// output, following the matrix and range the stream signals). No ROS types.
 //
 // Encoder settings (see docs/camera.md): x264 preset/tune from H264Params (ultrafast + zerolatency:
 // no B-frames, no lookahead, one frame in -> one access unit out), closed GOP of `gop` frames,

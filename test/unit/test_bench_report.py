@@ -95,7 +95,7 @@ def test_stream_topics_prefer_the_transports():
 
 def test_fleet_episode_check():
     # 30 Hz frames: 40 dB before, 30 dB during the episode (t 10..15), back to 39.5 after
-    frames = [[t / 30, t, 10.0, 5000, 40.0 if t / 30 < 10 else (30.0 if t / 30 < 16 else 39.5)]
+    frames = [[t / 30, t, 0.0, 5000, 40.0 if t / 30 < 10 else (30.0 if t / 30 < 16 else 39.5)]
               for t in range(0, 30 * 25)]
     ok = bench_fleet.episode_check(frames, 10.0, 15.0, settle_s=1.0, margin_db=4.0)
     assert ok["psnr_mean_before"] == 40.0 and ok["psnr_min_during"] == 30.0 and ok["psnr_min_after"] == 39.5
@@ -104,6 +104,13 @@ def test_fleet_episode_check():
     bad = bench_fleet.episode_check(frames, 10.0, 15.0, settle_s=1.0, margin_db=4.0)
     assert bad["ok"] is False and bad["psnr_min_after"] == 20.0
     assert bench_fleet.episode_check([], 10.0, 15.0)["ok"] is None
+    # a coarse frame sent during the episode that waited 2 s in the link's queue arrives after it:
+    # part of the episode, not a failure after it; one sent after the episode is
+    frames[-10][4] = 39.5
+    queued = frames + [[16.5, 999, 2000.0, 5000, 28.0]]
+    assert bench_fleet.episode_check(queued, 10.0, 15.0, settle_s=1.0, margin_db=4.0)["ok"] is True
+    late = frames + [[16.5, 999, 100.0, 5000, 28.0]]
+    assert bench_fleet.episode_check(late, 10.0, 15.0, settle_s=1.0, margin_db=4.0)["ok"] is False
 
 
 def test_sweep_steps_and_labels():
