@@ -64,7 +64,7 @@ struct LinkAwareStream::Sub
   uint32_t backlog_bytes = 0;
   uint64_t acked_bytes = 0;         ///< bytes its peer acknowledged (all its connections), last check
   double queue_delay_ms = kNaN;     ///< round trip above its minimum, last check (NaN = unknown)
-  ros::WallTime acked_at;           ///< when acked_bytes was read; zero = never
+  ros::SteadyTime acked_at;         ///< when acked_bytes was read; zero = never
   ros::WallTime next_lookup;  ///< retry time after a failed lookupNode
 };
 
@@ -419,16 +419,14 @@ void LinkAwareStream::resolveAndDecide()
     publishState();
 }
 
-/// Per subscriber: bytes its TCP connection has not sent yet (SIOCOUTQNSD on the socket of its
-/// connection, found through this process's bus info), bytes its peer has acknowledged
-/// (TCP_INFO tcpi_bytes_acked, summed over its connections; 0 when the kernel does not say) and
-/// how long its bytes wait in queues on the path (TCP_INFO rtt - min_rtt, the largest of its
-/// connections): a relay with deep buffers (tailscaled's DERP connection) takes bytes the link
-/// cannot carry yet, so they leave the socket and show only as a longer round trip.
-/// Unsent bytes pile up only when the connection cannot carry what the stream makes (bytes in
-/// flight on a long round trip do not count: those are latency, not a lack of capacity). A
-/// backlog above max_backlog_ms of stream sets that subscriber's cap from the rate its peer
-/// acknowledged meanwhile (nextObservedCap); every path is watched, direct included.
+/// Per subscriber, from the kernel's view of its TCP connections (the sockets named by this
+/// process's bus info): bytes not sent yet (SIOCOUTQNSD, the largest of its connections), bytes its
+/// peer acknowledged (TCP_INFO tcpi_bytes_acked, summed; 0 when the kernel does not say) and how
+/// long its bytes wait in queues on the path (TCP_INFO rtt - min_rtt, the largest). Unsent bytes
+/// pile up when the connection cannot carry what the stream makes; a relay with deep buffers
+/// (tailscaled's DERP connection) takes such bytes anyway, and they show only as a longer round
+/// trip. A round trip that is merely long (a distant peer) is in min_rtt and does not count.
+/// nextObservedCap turns these into the subscriber's cap; every path is watched, direct included.
 bool LinkAwareStream::readDelivery(std::map<std::string, Delivery>* out)
 {
   // This process's own getBusInfo (the XML-RPC call rosnode info makes), answered by roscpp's
@@ -484,7 +482,7 @@ void LinkAwareStream::observeDelivery()
   std::map<std::string, Delivery> delivery;
   if (!readDelivery(&delivery))
     return;
-  const ros::WallTime now = ros::WallTime::now();
+  const ros::SteadyTime now = ros::SteadyTime::now();  // rates and lift spacing: no wall-clock jumps
   std::lock_guard<std::mutex> lock(mutex_);
   const double out_kbps = last_bitrate_kbps_;
   bool backed_up = false;
