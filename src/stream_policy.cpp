@@ -7,23 +7,40 @@
 namespace overlay_manager
 {
 
-bool backedUp(double backlog_bytes, double prev_backlog_bytes, double out_kbps, double max_backlog_ms)
+namespace
 {
-  if (!(out_kbps > 0.0))
-    return false;
-  const double backlog_ms = backlog_bytes * 8.0 / out_kbps;  // kbit/s = bit/ms
-  const double prev_ms = prev_backlog_bytes * 8.0 / out_kbps;
-  return backlog_ms > max_backlog_ms || (backlog_ms > max_backlog_ms / 4.0 && prev_ms > max_backlog_ms / 4.0);
+/// Unsent bytes in ms of a stream of out_kbps (kbit/s = bit/ms).
+double backlogMs(double bytes, double out_kbps)
+{
+  return bytes * 8.0 / out_kbps;
 }
 
+/// Less than a quarter of max_backlog_ms unsent: the connection keeps up with the stream.
+bool drainedOnce(double bytes, double out_kbps, double max_backlog_ms)
+{
+  return backlogMs(bytes, out_kbps) < max_backlog_ms / 4.0;
+}
+
+/// A queue on the path above half of max_backlog_ms: congested, whatever the socket holds.
 bool queueBuilt(double queue_delay_ms, double max_backlog_ms)
 {
   return queue_delay_ms > max_backlog_ms / 2.0;  // NaN (not measured): false
 }
 
+/// At most a quarter of max_backlog_ms queued on the path: room to raise or lift a cap.
 bool queueQuiet(double queue_delay_ms, double max_backlog_ms)
 {
   return !(queue_delay_ms >= max_backlog_ms / 4.0);  // NaN (not measured): quiet
+}
+}  // namespace
+
+bool backedUp(double backlog_bytes, double prev_backlog_bytes, double out_kbps, double max_backlog_ms)
+{
+  if (!(out_kbps > 0.0))
+    return false;
+  const double backlog_ms = backlogMs(backlog_bytes, out_kbps);
+  const double prev_ms = backlogMs(prev_backlog_bytes, out_kbps);
+  return backlog_ms > max_backlog_ms || (backlog_ms > max_backlog_ms / 4.0 && prev_ms > max_backlog_ms / 4.0);
 }
 
 double nextObservedCap(double cap_kbps, double backlog_bytes, double out_kbps, double path_budget_kbps,
@@ -31,7 +48,6 @@ double nextObservedCap(double cap_kbps, double backlog_bytes, double out_kbps, d
 {
   if (!(out_kbps > 0.0))
     return cap_kbps;
-  const double backlog_ms = backlog_bytes * 8.0 / out_kbps;  // kbit/s = bit/ms
   if (backedUp(backlog_bytes, prev_backlog_bytes, out_kbps, max_backlog_ms) ||
       queueBuilt(queue_delay_ms, max_backlog_ms))
   {
@@ -48,7 +64,7 @@ double nextObservedCap(double cap_kbps, double backlog_bytes, double out_kbps, d
   }
   if (!queueQuiet(queue_delay_ms, max_backlog_ms))
     return cap_kbps;  // some queue on the path: hold
-  if (!std::isnan(cap_kbps) && backlog_ms < max_backlog_ms / 4.0)
+  if (!std::isnan(cap_kbps) && drainedOnce(backlog_bytes, out_kbps, max_backlog_ms))
   {
     // Drained in two checks in a row (less than a quarter of max_backlog_ms unsent, as in this
     // one): the link has room again (a congestion episode ended); +50 % a check gets a cap learnt
@@ -56,7 +72,7 @@ double nextObservedCap(double cap_kbps, double backlog_bytes, double out_kbps, d
     // needlessly low bitrate long after the link recovered (DeliveryCap also lifts the cap). A
     // backlog that was larger one check earlier: +15 %. Through a relayed tunnel a few hundred
     // bytes are often unsent at any instant, so "drained" is not "nothing unsent".
-    const double step = prev_backlog_bytes * 8.0 / out_kbps < max_backlog_ms / 4.0 ? 1.5 : 1.15;
+    const double step = drainedOnce(prev_backlog_bytes, out_kbps, max_backlog_ms) ? 1.5 : 1.15;
     const double raised = cap_kbps * step;
     if (raised > path_budget_kbps || raised > 4.0 * out_kbps)
       return std::numeric_limits<double>::quiet_NaN();
@@ -72,8 +88,8 @@ double DeliveryCap::update(double now_s, double backlog_bytes, double out_kbps, 
 {
   const double prev = prev_backlog_bytes_;
   prev_backlog_bytes_ = backlog_bytes;
-  const bool drained = out_kbps > 0.0 && backlog_bytes * 8.0 / out_kbps < max_backlog_ms / 4.0 &&
-                       prev * 8.0 / out_kbps < max_backlog_ms / 4.0 && queueQuiet(queue_delay_ms, max_backlog_ms);
+  const bool drained = out_kbps > 0.0 && drainedOnce(backlog_bytes, out_kbps, max_backlog_ms) &&
+                       drainedOnce(prev, out_kbps, max_backlog_ms) && queueQuiet(queue_delay_ms, max_backlog_ms);
   if (!std::isnan(cap_kbps_) && drained && now_s - last_lift_s_ >= kLiftSpacingS)
   {
     last_lift_s_ = now_s;

@@ -86,13 +86,14 @@ def episode_check(frames: Sequence[Sequence[Any]], t_congest: float, t_restore: 
     mean = sum(before) / len(before) if before else None
     low_after = min(after) if after else None
     in_episode = [f for f in frames if t_congest <= f[0] < t_restore]
-    rate_during = len(in_episode) / max(1e-9, t_restore - t_congest)
+    span = max(1e-9, t_restore - t_congest)
+    rate_during = len(in_episode) / span
     return {"psnr_mean_before": None if mean is None else round(mean, 2),
             "psnr_min_during": min(during) if during else None, "psnr_min_after": low_after,
             "psnr_p5_after": percentile(after, 5), "frames_before": len(before), "frames_after": len(after),
             "rate_hz_during": round(rate_during, 1),
             "latency_p99_ms_during": percentile([f[2] for f in in_episode], 99),
-            "kbps_during": round(sum(f[3] for f in in_episode) * 8 / 1000 / max(1e-9, t_restore - t_congest)),
+            "kbps_during": round(sum(f[3] for f in in_episode) * 8 / 1000 / span),
             "ok": None if mean is None or low_after is None else low_after >= mean - margin_db}
 
 
