@@ -6,19 +6,22 @@
 //   in/<transport>  in   sensor_msgs/CompressedImage, subscribed only while `out` has subscribers
 //   out             out  sensor_msgs/Image in the raw encoding named by the format (rgb8 stays rgb8)
 // Parameter ~transport: compressed (default), link_aware or link_aware_h264 (H.264 from the first
-// keyframe on; a lost reference waits for the next keyframe).
+// keyframe on; a lost reference waits for the next keyframe, asked for on
+// in/link_aware_h264/keyframe_request). Limits: ~max_message_bytes, ~max_width, ~max_height,
+// ~max_pixels, ~max_nal_units (viewer_decoders.h, docs/camera.md "Limits").
 //
 // Threads: connect callbacks and frames both run on the nodelet's single-threaded queue; the
 // decoder's libturbojpeg handle is used from that thread only.
-#include "overlay_manager/image_codec.h"
-#include "overlay_manager/link_aware_stream.h"
+#include "overlay_manager/viewer_decoders.h"
 
 #include <nodelet/nodelet.h>
 #include <pluginlib/class_list_macros.hpp>
 #include <ros/ros.h>
 #include <sensor_msgs/CompressedImage.h>
 #include <sensor_msgs/Image.h>
+#include <std_msgs/Empty.h>
 
+#include <memory>
 #include <mutex>
 #include <stdexcept>
 
@@ -40,6 +43,25 @@ private:
     }
     h264_ = transport == "link_aware_h264";
     in_topic_ = nh.resolveName("in") + "/" + transport;
+    ImageLimits limits;
+    try
+    {
+      limits = readImageLimits(getPrivateNodeHandle());
+    }
+    catch (const std::invalid_argument& e)
+    {
+      NODELET_FATAL("%s", e.what());
+      throw;
+    }
+    if (h264_)
+    {
+      h264_decoder_.reset(new H264ViewerDecoder("rgb8", in_topic_, limits));
+      request_pub_ = nh.advertise<std_msgs::Empty>(keyframeRequestTopic(in_topic_), 1);
+      ros::Publisher pub = request_pub_;
+      h264_decoder_->setKeyframeRequest([pub]() { pub.publish(std_msgs::Empty()); });
+    }
+    else
+      decoder_.reset(new ImageViewerDecoder(in_topic_, limits));
     ros::SubscriberStatusCallback cb = boost::bind(&CompressedDecoder::onConnection, this);
     std::lock_guard<std::mutex> lock(mutex_);
     pub_ = nh.advertise<sensor_msgs::Image>("out", 1, cb, cb);
@@ -62,30 +84,19 @@ private:
 
   void onImage(const sensor_msgs::CompressedImageConstPtr& msg)
   {
-    if (h264_)
-    {
-      sensor_msgs::ImagePtr image = decodeH264(*msg, h264_decoder_, in_topic_);
-      if (image)
-        pub_.publish(image);
-      return;
-    }
-    try
-    {
-      pub_.publish(decoder_.decode(*msg));
-    }
-    catch (const std::exception& e)
-    {
-      NODELET_ERROR_THROTTLE(10.0, "%s: %s", in_topic_.c_str(), e.what());
-    }
+    sensor_msgs::ImagePtr image = h264_ ? h264_decoder_->decode(*msg) : decoder_->decode(*msg);
+    if (image)
+      pub_.publish(image);
   }
 
   std::mutex mutex_;  ///< guards sub_ and pub_ set-up against connect callbacks
   std::string in_topic_;
   ros::Publisher pub_;
   ros::Subscriber sub_;
-  ImageDecoder decoder_;
+  ros::Publisher request_pub_;  ///< link_aware_h264: keyframe requests to the publisher
   bool h264_ = false;
-  H264Decoder h264_decoder_{"rgb8"};
+  std::unique_ptr<ImageViewerDecoder> decoder_;      ///< compressed, link_aware
+  std::unique_ptr<H264ViewerDecoder> h264_decoder_;  ///< link_aware_h264
 };
 
 }  // namespace overlay_manager

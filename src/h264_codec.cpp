@@ -14,10 +14,15 @@ extern "C" {
 #include <opencv2/core.hpp>
 #include <opencv2/imgproc.hpp>
 
+#include <algorithm>
 #include <atomic>
+#include <climits>
+#include <cstdarg>
+#include <cstdint>
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <random>
 
 namespace overlay_manager
 {
@@ -46,6 +51,39 @@ void quietLibav()
     if (av_log_get_level() == AV_LOG_INFO)
       av_log_set_level(AV_LOG_ERROR);
   });
+}
+
+/// The sink setLibavLogSink installed (guarded by its mutex: libav logs from any thread).
+std::mutex& sinkMutex()
+{
+  static std::mutex m;
+  return m;
+}
+LibavLogSink& sinkSlot()
+{
+  static LibavLogSink sink;
+  return sink;
+}
+
+void libavLogToSink(void* avcl, int level, const char* fmt, va_list vl)
+{
+  if (level > av_log_get_level())
+    return;
+  char line[1024];
+  int print_prefix = 1;
+  av_log_format_line2(avcl, level, fmt, vl, line, sizeof(line), &print_prefix);
+  std::string text(line);
+  while (!text.empty() && (text.back() == '\n' || text.back() == '\r'))
+    text.pop_back();
+  if (text.empty())
+    return;
+  LibavLogSink sink;
+  {
+    std::lock_guard<std::mutex> lock(sinkMutex());
+    sink = sinkSlot();
+  }
+  if (sink)
+    sink(level, fmt, text);
 }
 
 /// sensor_msgs encoding -> (libav pixel format, bytes per pixel); AV_PIX_FMT_NONE if unsupported.
@@ -110,9 +148,12 @@ struct Nal
   size_t size;
 };
 
-std::vector<Nal> splitNals(const uint8_t* data, size_t size)
+/// The NAL units of an Annex B buffer; at most `max_nals` (more: *too_many set, the rest not split).
+std::vector<Nal> splitNals(const uint8_t* data, size_t size, size_t max_nals = SIZE_MAX, bool* too_many = nullptr)
 {
   std::vector<Nal> nals;
+  if (too_many)
+    *too_many = false;
   size_t i = 0;
   auto startCodeAt = [&](size_t p) { return p + 2 < size && data[p] == 0 && data[p + 1] == 0 && data[p + 2] == 1; };
   while (i < size && !startCodeAt(i))
@@ -128,7 +169,15 @@ std::vector<Nal> splitNals(const uint8_t* data, size_t size)
     while (end > begin && data[end - 1] == 0)
       --end;
     if (end > begin)
+    {
+      if (nals.size() >= max_nals)
+      {
+        if (too_many)
+          *too_many = true;
+        break;
+      }
       nals.push_back(Nal{ data[begin] & 0x1f, (data[begin] >> 5) & 0x3, data + begin + 1, end - begin - 1 });
+    }
     i = next;
   }
   return nals;
@@ -196,15 +245,20 @@ struct SpsInfo
 {
   int log2_max_frame_num = 0;
   bool separate_colour_plane = false;
+  uint64_t width = 0;   ///< coded width in pixels (macroblocks x 16, before cropping)
+  uint64_t height = 0;  ///< coded height in pixels (map units x 16, x 2 for field coding)
 };
 
-/// seq_parameter_set_rbsp up to log2_max_frame_num_minus4 (H.264 7.3.2.1.1). False if malformed.
+/// seq_parameter_set_rbsp up to the cropping flag (H.264 7.3.2.1.1). False if malformed.
 bool parseSps(const Nal& nal, int* sps_id, SpsInfo* info)
 {
   BitReader r(nal.payload, nal.size, 1024);
   const uint32_t profile_idc = r.bits(8);
   r.bits(16);  // constraint flags, level_idc
-  *sps_id = static_cast<int>(r.ue());
+  const uint32_t id = r.ue();
+  if (id >= 32)
+    return false;
+  *sps_id = static_cast<int>(id);
   static const uint32_t high_profiles[] = { 100, 110, 122, 244, 44, 83, 86, 118, 128, 138, 139, 134, 135 };
   bool high = false;
   for (uint32_t p : high_profiles)
@@ -213,6 +267,8 @@ bool parseSps(const Nal& nal, int* sps_id, SpsInfo* info)
   if (high)
   {
     const uint32_t chroma_format_idc = r.ue();
+    if (chroma_format_idc > 3)
+      return false;
     if (chroma_format_idc == 3)
       info->separate_colour_plane = r.bits(1) != 0;
     r.ue();       // bit_depth_luma_minus8
@@ -226,27 +282,142 @@ bool parseSps(const Nal& nal, int* sps_id, SpsInfo* info)
         if (!r.bits(1))
           continue;
         const int n = i < 6 ? 16 : 64;
-        int last = 8, next = 8;
+        int64_t last = 8, next = 8;
         for (int j = 0; j < n && r.ok(); ++j)
         {
           if (next != 0)
-            next = (last + r.se() + 256) % 256;
+            next = ((last + r.se()) % 256 + 256) % 256;
           last = next == 0 ? last : next;
         }
       }
     }
   }
-  info->log2_max_frame_num = static_cast<int>(r.ue()) + 4;
-  return r.ok() && *sps_id < 32 && info->log2_max_frame_num <= 16;
+  const uint32_t log2_max_frame_num_minus4 = r.ue();
+  if (log2_max_frame_num_minus4 > 12)
+    return false;
+  info->log2_max_frame_num = static_cast<int>(log2_max_frame_num_minus4) + 4;
+  const uint32_t poc_type = r.ue();
+  if (poc_type == 0)
+    r.ue();  // log2_max_pic_order_cnt_lsb_minus4
+  else if (poc_type == 1)
+  {
+    r.bits(1);  // delta_pic_order_always_zero_flag
+    r.se();     // offset_for_non_ref_pic
+    r.se();     // offset_for_top_to_bottom_field
+    const uint32_t cycle = r.ue();
+    if (cycle > 255)
+      return false;
+    for (uint32_t i = 0; i < cycle && r.ok(); ++i)
+      r.se();
+  }
+  else if (poc_type != 2)
+    return false;
+  r.ue();     // max_num_ref_frames
+  r.bits(1);  // gaps_in_frame_num_value_allowed_flag
+  const uint64_t width_mbs = static_cast<uint64_t>(r.ue()) + 1;
+  const uint64_t height_map_units = static_cast<uint64_t>(r.ue()) + 1;
+  const uint64_t frame_mbs_only = r.bits(1);
+  info->width = width_mbs * 16;
+  info->height = (2 - frame_mbs_only) * height_map_units * 16;
+  return r.ok();
 }
 
 /// pic_parameter_set_rbsp: pps id and the sps id it refers to.
 bool parsePps(const Nal& nal, int* pps_id, int* sps_id)
 {
   BitReader r(nal.payload, nal.size, 16);
-  *pps_id = static_cast<int>(r.ue());
-  *sps_id = static_cast<int>(r.ue());
-  return r.ok() && *pps_id < 256 && *sps_id < 32;
+  const uint32_t pps = r.ue();
+  const uint32_t sps = r.ue();
+  if (!r.ok() || pps >= 256 || sps >= 32)
+    return false;
+  *pps_id = static_cast<int>(pps);
+  *sps_id = static_cast<int>(sps);
+  return true;
+}
+
+// ---- the frame counter SEI --------------------------------------------------------------------
+
+/// user_data_unregistered UUID of this package's frame counter (random, fixed forever)
+const uint8_t kCounterUuid[16] = { 0x2b, 0x66, 0x0c, 0x53, 0x16, 0x0f, 0x40, 0x4e,
+                                   0xaa, 0x0b, 0x5f, 0x3f, 0xf8, 0x21, 0xeb, 0x22 };
+const uint8_t kCounterVersion = 1;
+const size_t kCounterPayload = 16 + 1 + 4 + 8;  ///< uuid, version, stream id, frame
+
+/// One SEI NAL unit (with a 4-byte start code) carrying `c`, emulation prevention applied.
+std::vector<uint8_t> counterSei(const FrameCounter& c)
+{
+  std::vector<uint8_t> rbsp = { 5, static_cast<uint8_t>(kCounterPayload) };  // type 5, size
+  rbsp.insert(rbsp.end(), kCounterUuid, kCounterUuid + 16);
+  rbsp.push_back(kCounterVersion);
+  for (int k = 3; k >= 0; --k)
+    rbsp.push_back(static_cast<uint8_t>(c.stream_id >> (8 * k)));
+  for (int k = 7; k >= 0; --k)
+    rbsp.push_back(static_cast<uint8_t>(c.frame >> (8 * k)));
+  rbsp.push_back(0x80);  // rbsp_trailing_bits
+  std::vector<uint8_t> nal = { 0, 0, 0, 1, 0x06 };  // start code, SEI (nal_ref_idc 0)
+  int zeros = 0;
+  for (uint8_t b : rbsp)
+  {
+    if (zeros >= 2 && b <= 3)
+    {
+      nal.push_back(3);
+      zeros = 0;
+    }
+    nal.push_back(b);
+    zeros = b == 0 ? zeros + 1 : 0;
+  }
+  return nal;
+}
+
+/// The counter in an SEI NAL unit's payload, if it holds ours.
+bool parseCounterSei(const Nal& nal, FrameCounter* out)
+{
+  BitReader r(nal.payload, nal.size, 256);
+  // sei_message()s: payload type and size as runs of 0xFF plus a last byte
+  for (int messages = 0; messages < 8 && r.ok(); ++messages)
+  {
+    uint32_t type = 0, size = 0, b = 0;
+    while ((b = r.bits(8)) == 0xFF && r.ok())
+      type += 255;
+    type += b;
+    while ((b = r.bits(8)) == 0xFF && r.ok())
+      size += 255;
+    size += b;
+    if (!r.ok())
+      return false;
+    if (type == 5 && size == kCounterPayload)
+    {
+      uint8_t uuid[16];
+      for (uint8_t& u : uuid)
+        u = static_cast<uint8_t>(r.bits(8));
+      if (r.ok() && std::memcmp(uuid, kCounterUuid, 16) == 0 && r.bits(8) == kCounterVersion)
+      {
+        out->stream_id = r.bits(32);
+        const uint64_t hi = r.bits(32);
+        out->frame = (hi << 32) | r.bits(32);
+        return r.ok();
+      }
+      size -= 16;  // not ours: skip the rest
+    }
+    for (uint32_t i = 0; i < size && r.ok(); ++i)
+      r.bits(8);
+  }
+  return false;
+}
+
+/// Offset in an Annex B buffer of the start code (3 or 4 bytes) of its first VCL NAL unit.
+size_t firstVclOffset(const std::vector<uint8_t>& au)
+{
+  const size_t n = au.size();
+  for (size_t i = 0; i + 3 < n; ++i)
+    if (au[i] == 0 && au[i + 1] == 0 && au[i + 2] == 1)
+    {
+      const int type = au[i + 3] & 0x1f;
+      if (type == 1 || type == 5)
+        return i > 0 && au[i - 1] == 0 ? i - 1 : i;
+      i += 2;
+    }
+  return 0;
 }
 }  // namespace
 
@@ -256,6 +427,23 @@ std::vector<int> h264NalTypes(const uint8_t* data, size_t size)
   for (const Nal& n : splitNals(data, size))
     types.push_back(n.type);
   return types;
+}
+
+bool h264FrameCounter(const uint8_t* data, size_t size, FrameCounter* out)
+{
+  for (const Nal& n : splitNals(data, size, 64))
+    if (n.type == 6 && parseCounterSei(n, out))
+      return true;
+  return false;
+}
+
+void setLibavLogSink(LibavLogSink sink, int max_level)
+{
+  std::lock_guard<std::mutex> lock(sinkMutex());
+  const bool on = static_cast<bool>(sink);
+  sinkSlot() = std::move(sink);
+  av_log_set_level(max_level);
+  av_log_set_callback(on ? libavLogToSink : av_log_default_callback);
 }
 
 // ---- encoder -----------------------------------------------------------------------------------
@@ -270,6 +458,7 @@ struct H264Encoder::Impl
   std::atomic<int> pending_kbps{ 0 };
   std::atomic<bool> keyframe_requested{ false };
   int64_t frame_index = 0;
+  uint32_t stream_id = 0;  ///< the frame counter's stream id, drawn at every open()
 
   ~Impl() { close(); }
   void close()
@@ -298,6 +487,9 @@ bool H264Encoder::open(const H264Params& p, std::string* error)
   if (p.width < 2 || p.height < 2)
     return fail(error, "H264Params: width and height must be at least 2 (got " + std::to_string(p.width) + "x" +
                            std::to_string(p.height) + ")");
+  const std::string over = p.limits.checkPicture(static_cast<uint64_t>(p.width), static_cast<uint64_t>(p.height));
+  if (!over.empty())
+    return fail(error, "H264Encoder: " + over);
   if (!(p.fps > 0 && p.fps <= 1000))
     return fail(error, "H264Params: fps must be in (0, 1000] (got " + std::to_string(p.fps) + ")");
   if (p.bitrate_kbps <= 0)
@@ -369,6 +561,12 @@ bool H264Encoder::open(const H264Params& p, std::string* error)
     return fail(error, "cannot allocate the YUV picture: " + avError(fret));
   }
   m.frame_index = 0;
+  static std::mutex rng_mutex;
+  static std::mt19937 rng{ std::random_device{}() };
+  {
+    std::lock_guard<std::mutex> lock(rng_mutex);
+    m.stream_id = static_cast<uint32_t>(rng());
+  }
   m.pending_kbps = 0;
   m.keyframe_requested = true;  // first packet: IDR with SPS/PPS
   return true;
@@ -414,8 +612,8 @@ const void* H264Encoder::codecContext() const
   return impl_->ctx;
 }
 
-bool H264Encoder::encode(const uint8_t* data, int width, int height, int step, const std::string& encoding,
-                         int64_t pts, Packet* out, std::string* error)
+bool H264Encoder::encode(const uint8_t* data, size_t size, int width, int height, int step,
+                         const std::string& encoding, int64_t pts, Packet* out, std::string* error)
 {
   if (!isOpen() || width != impl_->params.width || height != impl_->params.height)
   {
@@ -425,11 +623,11 @@ bool H264Encoder::encode(const uint8_t* data, int width, int height, int step, c
     if (!open(p, error))
       return false;
   }
-  return encode(data, step, encoding, pts, out, error);
+  return encode(data, size, step, encoding, pts, out, error);
 }
 
-bool H264Encoder::encode(const uint8_t* data, int step, const std::string& encoding, int64_t pts, Packet* out,
-                         std::string* error)
+bool H264Encoder::encode(const uint8_t* data, size_t size, int step, const std::string& encoding, int64_t pts,
+                         Packet* out, std::string* error)
 {
   Impl& m = *impl_;
   if (!m.ctx)
@@ -440,9 +638,12 @@ bool H264Encoder::encode(const uint8_t* data, int step, const std::string& encod
   const AVPixelFormat src_fmt = pixelFormat(encoding, &bpp);
   if (src_fmt == AV_PIX_FMT_NONE)
     return fail(error, "H264Encoder: unsupported encoding '" + encoding + "' (rgb8, bgr8, mono8, rgba8, bgra8)");
-  if (step < m.params.width * bpp)
-    return fail(error, "H264Encoder: step " + std::to_string(step) + " is less than width " +
-                           std::to_string(m.params.width) + " x " + std::to_string(bpp) + " bytes of " + encoding);
+  if (step < 0)
+    return fail(error, "H264Encoder: negative step " + std::to_string(step));
+  const std::string bad = checkRawLayout(static_cast<uint64_t>(m.params.width), static_cast<uint64_t>(m.params.height),
+                                         static_cast<uint64_t>(step), size, bpp, m.params.limits);
+  if (!bad.empty())
+    return fail(error, "H264Encoder: " + encoding + " frame: " + bad);
 
   const int w = m.ctx->width, h = m.ctx->height;
   int ret = av_frame_make_writable(m.frame);
@@ -476,6 +677,14 @@ bool H264Encoder::encode(const uint8_t* data, int step, const std::string& encod
   if (ret < 0)
     return fail(error, "libx264 failed to encode: " + avError(ret));
   out->data.assign(m.pkt->data, m.pkt->data + m.pkt->size);
+  if (m.params.frame_counter)
+  {
+    FrameCounter c;
+    c.stream_id = m.stream_id;
+    c.frame = static_cast<uint64_t>(m.frame->pts);
+    const std::vector<uint8_t> sei = counterSei(c);
+    out->data.insert(out->data.begin() + static_cast<ptrdiff_t>(firstVclOffset(out->data)), sei.begin(), sei.end());
+  }
   out->keyframe = (m.pkt->flags & AV_PKT_FLAG_KEY) != 0;
   out->pts = pts;  // one in, one out: the packet belongs to this frame
   av_packet_unref(m.pkt);
@@ -484,9 +693,18 @@ bool H264Encoder::encode(const uint8_t* data, int step, const std::string& encod
 
 // ---- decoder -----------------------------------------------------------------------------------
 
+namespace
+{
+/// Bytes allocated past a decoded picture: libswscale's vector code writes whole vector widths, up
+/// to a few dozen bytes past the last pixel of a row (seen: 8 bytes at 648 pixels wide, more at
+/// 2); the output buffer is allocated this much larger, then its size set to the picture's.
+const size_t kSwsPadding = 1024;
+}  // namespace
+
 struct H264Decoder::Impl
 {
   std::string encoding;
+  ImageLimits limits;
   AVPixelFormat out_fmt = AV_PIX_FMT_NONE;
   int out_bpp = 0;
   AVCodecContext* ctx = nullptr;
@@ -495,10 +713,13 @@ struct H264Decoder::Impl
   SwsContext* sws = nullptr;
   std::string open_error;
   DecodeStatus status = DecodeStatus::kWaitingForKeyframe;
+  DecodeCounts counts;
   bool waiting = true;
   std::map<int, SpsInfo> sps;
   std::map<int, int> pps_sps;
   int prev_ref_frame_num = 0;
+  bool have_counter = false;  ///< the last picture decoded had a frame counter
+  FrameCounter last_counter;  ///< ... this one
 
   ~Impl()
   {
@@ -510,22 +731,42 @@ struct H264Decoder::Impl
   void loseSync()
   {
     waiting = true;
+    have_counter = false;
     if (ctx)
       avcodec_flush_buffers(ctx);
   }
   bool report(DecodeStatus s, std::string* error, const std::string& what)
   {
     status = s;
+    switch (s)
+    {
+      case DecodeStatus::kWaitingForKeyframe: ++counts.waiting; break;
+      case DecodeStatus::kMissingReference: ++counts.missing_reference; break;
+      case DecodeStatus::kDuplicate: ++counts.duplicates; break;
+      case DecodeStatus::kRefused: ++counts.refused; break;
+      case DecodeStatus::kError: ++counts.errors; break;
+      default: break;
+    }
     return fail(error, what);
+  }
+  /// Drops the message and waits for an IDR.
+  bool lose(DecodeStatus s, std::string* error, const std::string& what)
+  {
+    loseSync();
+    return report(s, error, what);
   }
 };
 
-H264Decoder::H264Decoder(const std::string& encoding) : impl_(new Impl)
+H264Decoder::H264Decoder(const std::string& encoding, const ImageLimits& limits) : impl_(new Impl)
 {
   quietLibav();
   Impl& m = *impl_;
   m.encoding = encoding;
-  if (encoding == "rgb8" || encoding == "bgr8" || encoding == "mono8")
+  m.limits = limits;
+  const std::string bad_limits = limits.validate();
+  if (!bad_limits.empty())
+    m.open_error = "H264Decoder: " + bad_limits;
+  else if (encoding == "rgb8" || encoding == "bgr8" || encoding == "mono8")
     m.out_fmt = pixelFormat(encoding, &m.out_bpp);
   else
     m.open_error = "H264Decoder: unsupported output encoding '" + encoding + "' (rgb8, bgr8, mono8)";
@@ -545,6 +786,8 @@ H264Decoder::H264Decoder(const std::string& encoding) : impl_(new Impl)
   }
   m.ctx->thread_count = 1;                   // frame threads would delay output by a frame each
   m.ctx->flags |= AV_CODEC_FLAG_LOW_DELAY;  // no reorder buffer: our streams have no B-frames
+  // libavcodec's own cap, behind the SPS check in decode() (a stream it parses differently)
+  m.ctx->max_pixels = static_cast<int64_t>(std::min<uint64_t>(limits.max_pixels, INT64_MAX));
   const int ret = avcodec_open2(m.ctx, codec, nullptr);
   if (ret < 0)
   {
@@ -558,6 +801,11 @@ H264Decoder::~H264Decoder() = default;
 DecodeStatus H264Decoder::status() const
 {
   return impl_->status;
+}
+
+const DecodeCounts& H264Decoder::counts() const
+{
+  return impl_->counts;
 }
 
 bool H264Decoder::waitingForKeyframe() const
@@ -578,20 +826,38 @@ bool H264Decoder::decode(const uint8_t* data, size_t size, Frame* out, std::stri
     return m.report(DecodeStatus::kError, error, m.open_error);
   if (!data || size == 0 || !out)
     return m.report(DecodeStatus::kError, error, "H264Decoder: empty packet or null output frame");
+  const std::string too_big = m.limits.checkMessageBytes(size);
+  if (!too_big.empty())
+    return m.lose(DecodeStatus::kRefused, error, too_big + "; waiting for keyframe");
 
-  const std::vector<Nal> nals = splitNals(data, size);
+  bool too_many = false;
+  const std::vector<Nal> nals = splitNals(data, size, m.limits.max_nal_units, &too_many);
+  if (too_many)
+    return m.lose(DecodeStatus::kRefused, error,
+                  "message has more than max_nal_units " + std::to_string(m.limits.max_nal_units) +
+                      " NAL units (parameter ~max_nal_units); waiting for keyframe");
   if (nals.empty())
     return m.report(DecodeStatus::kError, error, "not H.264 Annex B: no start code in " + std::to_string(size) + " bytes");
   const Nal* slice = nullptr;
   bool idr = false;
+  int pictures = 0;  // slices that start a picture (first_mb_in_slice 0)
+  FrameCounter counter;
+  bool has_counter = false;
   for (const Nal& n : nals)
   {
     if (n.type == 7)
     {
       int id = 0;
       SpsInfo info;
-      if (parseSps(n, &id, &info))
-        m.sps[id] = info;
+      if (!parseSps(n, &id, &info))
+        return m.lose(DecodeStatus::kError, error, "malformed sequence parameter set; waiting for keyframe");
+      const std::string over = m.limits.checkPicture(info.width, info.height);
+      if (!over.empty())
+      {
+        m.sps.erase(id);  // its slices wait for a keyframe with a parameter set within the limits
+        return m.lose(DecodeStatus::kRefused, error, "SPS " + std::to_string(id) + ": " + over + "; waiting for keyframe");
+      }
+      m.sps[id] = info;
     }
     else if (n.type == 8)
     {
@@ -599,13 +865,28 @@ bool H264Decoder::decode(const uint8_t* data, size_t size, Frame* out, std::stri
       if (parsePps(n, &pps_id, &sps_id))
         m.pps_sps[pps_id] = sps_id;
     }
+    else if (n.type == 6)
+    {
+      FrameCounter c;
+      if (!has_counter && parseCounterSei(n, &c))
+      {
+        counter = c;
+        has_counter = true;
+      }
+    }
     else if (n.type == 1 || n.type == 5)
     {
       idr = idr || n.type == 5;
       if (!slice)
         slice = &n;
+      BitReader first_mb(n.payload, n.size, 8);
+      if (first_mb.ue() == 0 && first_mb.ok())
+        ++pictures;
     }
   }
+  if (pictures > 1)
+    return m.lose(DecodeStatus::kError, error,
+                  std::to_string(pictures) + " pictures in one message (one access unit each); waiting for keyframe");
 
   if (slice)
   {
@@ -615,46 +896,66 @@ bool H264Decoder::decode(const uint8_t* data, size_t size, Frame* out, std::stri
     BitReader r(slice->payload, slice->size, 32);
     r.ue();
     r.ue();
-    const int pps_id = static_cast<int>(r.ue());
-    const auto pps = m.pps_sps.find(pps_id);
+    const uint32_t pps_id = r.ue();
+    const auto pps = pps_id < 256 ? m.pps_sps.find(static_cast<int>(pps_id)) : m.pps_sps.end();
     const auto sps = pps == m.pps_sps.end() ? m.sps.end() : m.sps.find(pps->second);
     if (!r.ok() || sps == m.sps.end())
-    {
-      m.loseSync();
-      return m.report(DecodeStatus::kWaitingForKeyframe, error,
-                      "waiting for keyframe: slice refers to PPS " + std::to_string(pps_id) + ", never received");
-    }
+      return m.lose(DecodeStatus::kWaitingForKeyframe, error,
+                    "waiting for keyframe: slice refers to PPS " + std::to_string(pps_id) + ", never received");
     if (sps->second.separate_colour_plane)
       r.bits(2);
     const int frame_num = static_cast<int>(r.bits(sps->second.log2_max_frame_num));
     if (!r.ok())
+      return m.lose(DecodeStatus::kError, error, "truncated slice header; waiting for keyframe");
+    if (!idr)
     {
-      m.loseSync();
-      return m.report(DecodeStatus::kError, error, "truncated slice header; waiting for keyframe");
+      if (has_counter && m.have_counter)
+      {
+        // the frame counter: exactly the next frame of the same stream, nothing else
+        if (counter.stream_id != m.last_counter.stream_id)
+          return m.lose(DecodeStatus::kMissingReference, error,
+                        "missing reference: a new stream began without a keyframe; waiting for keyframe");
+        if (counter.frame == m.last_counter.frame)
+          return m.report(DecodeStatus::kDuplicate, error,
+                          "duplicate: frame " + std::to_string(counter.frame) + " again; dropped");
+        if (counter.frame != m.last_counter.frame + 1)
+          return m.lose(DecodeStatus::kMissingReference, error,
+                        "missing reference: frame " + std::to_string(counter.frame) + " follows " +
+                            std::to_string(m.last_counter.frame) + " (" +
+                            (counter.frame > m.last_counter.frame ?
+                                 std::to_string(counter.frame - m.last_counter.frame - 1) + " lost" :
+                                 std::string("out of order")) +
+                            "); waiting for keyframe");
+      }
+      else if (has_counter != m.have_counter)
+        return m.lose(DecodeStatus::kMissingReference, error,
+                      "missing reference: the frame counter came or went without a keyframe; waiting for keyframe");
+      else
+      {
+        // no counter (another encoder): frame_num must be the one after the last reference
+        const int max_frame_num = 1 << sps->second.log2_max_frame_num;
+        if (frame_num != (m.prev_ref_frame_num + 1) % max_frame_num)
+          return m.lose(DecodeStatus::kMissingReference, error,
+                        "missing reference: frame_num " + std::to_string(frame_num) + " follows " +
+                            std::to_string(m.prev_ref_frame_num) +
+                            " (a reference frame was lost or repeated); waiting for keyframe");
+      }
     }
-    const int max_frame_num = 1 << sps->second.log2_max_frame_num;
-    if (!idr && frame_num != m.prev_ref_frame_num && frame_num != (m.prev_ref_frame_num + 1) % max_frame_num)
-    {
-      const std::string what = "missing reference: frame_num " + std::to_string(frame_num) + " follows " +
-                               std::to_string(m.prev_ref_frame_num) +
-                               " (a reference frame was lost); waiting for keyframe";
-      m.loseSync();
-      return m.report(DecodeStatus::kMissingReference, error, what);
-    }
+    else if (has_counter && m.have_counter && counter.stream_id == m.last_counter.stream_id &&
+             counter.frame == m.last_counter.frame)
+      return m.report(DecodeStatus::kDuplicate, error,
+                      "duplicate: keyframe " + std::to_string(counter.frame) + " again; dropped");
     if (slice->ref_idc != 0)
       m.prev_ref_frame_num = frame_num;
   }
 
   m.pkt->data = const_cast<uint8_t*>(data);  // not reference-counted: libavcodec copies it
-  m.pkt->size = static_cast<int>(size);
+  m.pkt->size = static_cast<int>(std::min<size_t>(size, INT_MAX));
   int ret = avcodec_send_packet(m.ctx, m.pkt);
   m.pkt->data = nullptr;
   m.pkt->size = 0;
   if (ret < 0)
-  {
-    m.loseSync();
-    return m.report(DecodeStatus::kError, error, "H.264 decoder rejected the packet: " + avError(ret));
-  }
+    return m.lose(DecodeStatus::kError, error, "H.264 decoder rejected the packet: " + avError(ret));
   if (idr)
     m.waiting = false;
   ret = avcodec_receive_frame(m.ctx, m.frame);
@@ -662,27 +963,37 @@ bool H264Decoder::decode(const uint8_t* data, size_t size, Frame* out, std::stri
     return m.report(DecodeStatus::kNoFrame, error,
                     slice ? "no complete picture yet" : "no picture in this packet (parameter sets only)");
   if (ret < 0)
-  {
-    m.loseSync();
-    return m.report(DecodeStatus::kError, error, "H.264 decoder failed: " + avError(ret));
-  }
+    return m.lose(DecodeStatus::kError, error, "H.264 decoder failed: " + avError(ret));
   if (m.frame->decode_error_flags != 0 || (m.frame->flags & AV_FRAME_FLAG_CORRUPT) != 0)
   {
     const int flags = m.frame->decode_error_flags;
     av_frame_unref(m.frame);
-    m.loseSync();
-    return m.report(DecodeStatus::kError, error,
-                    "corrupt picture (decode error flags " + std::to_string(flags) + "); waiting for keyframe");
+    return m.lose(DecodeStatus::kError, error,
+                  "corrupt picture (decode error flags " + std::to_string(flags) + "); waiting for keyframe");
+  }
+  if (slice)
+  {
+    m.have_counter = has_counter;
+    if (has_counter)
+      m.last_counter = counter;
   }
 
   const int w = m.frame->width, h = m.frame->height;
+  const std::string over = m.limits.checkPicture(static_cast<uint64_t>(std::max(w, 0)), static_cast<uint64_t>(std::max(h, 0)));
+  if (w <= 0 || h <= 0 || !over.empty())
+  {
+    av_frame_unref(m.frame);
+    return m.lose(DecodeStatus::kRefused, error, (over.empty() ? "empty picture" : over) + "; waiting for keyframe");
+  }
   const AVPixelFormat src_fmt = static_cast<AVPixelFormat>(m.frame->format);
   m.sws = sws_getCachedContext(m.sws, w, h, src_fmt, w, h, m.out_fmt, SWS_BILINEAR, nullptr, nullptr, nullptr);
   if (!m.sws)
   {
     av_frame_unref(m.frame);
-    return m.report(DecodeStatus::kError, error,
-                    std::string("libswscale cannot convert ") + av_get_pix_fmt_name(src_fmt) + " to " + m.encoding);
+    const char* name = av_get_pix_fmt_name(src_fmt);
+    return m.lose(DecodeStatus::kError, error,
+                  std::string("libswscale cannot convert ") + (name ? name : "an unknown pixel format") + " at " +
+                      std::to_string(w) + "x" + std::to_string(h) + " to " + m.encoding);
   }
   // YUV matrix and range as signalled (BT.601 limited range unless the stream says otherwise)
   const bool full_range = m.frame->color_range == AVCOL_RANGE_JPEG || src_fmt == AV_PIX_FMT_YUVJ420P;
@@ -693,13 +1004,18 @@ bool H264Decoder::decode(const uint8_t* data, size_t size, Frame* out, std::stri
   out->height = h;
   out->encoding = m.encoding;
   out->step = w * m.out_bpp;
-  out->data.resize(static_cast<size_t>(out->step) * h);
+  const size_t bytes = static_cast<size_t>(out->step) * static_cast<size_t>(h);
+  // libswscale may write past the last pixel (kSwsPadding): room first, then the picture's size
+  // (shrinking a vector keeps its buffer: nothing is copied)
+  out->data.resize(bytes + kSwsPadding);
   out->keyframe = idr;
   uint8_t* dst[4] = { out->data.data(), nullptr, nullptr, nullptr };
   const int dst_stride[4] = { out->step, 0, 0, 0 };
   sws_scale(m.sws, m.frame->data, m.frame->linesize, 0, h, dst, dst_stride);
+  out->data.resize(bytes);
   av_frame_unref(m.frame);
   m.status = DecodeStatus::kFrame;
+  ++m.counts.frames;
   if (error)
     error->clear();
   return true;

@@ -3,6 +3,7 @@
 
 #include "overlay_manager/ros_graph.h"
 #include "overlay_manager/subscriber_hosts.h"
+#include "overlay_manager/viewer_decoders.h"
 
 #include <cv_bridge/cv_bridge.h>
 #include <overlay_manager/StreamState.h>
@@ -151,6 +152,14 @@ StreamOptions readStreamOptions(const ros::NodeHandle& pnh, const std::string& f
     throw ParamError(ns + "/state_period: must be > 0 s, got " + std::to_string(o.state_period));
   o.peers_topic = pnh.param<std::string>("peers_topic", "");
   o.host_aliases = readHostAliases(pnh);
+  try
+  {
+    o.limits = readImageLimits(pnh);
+  }
+  catch (const std::invalid_argument& e)
+  {
+    throw ParamError(e.what());
+  }
   return o;
 }
 
@@ -161,6 +170,7 @@ LinkAwareStream::LinkAwareStream(const ros::NodeHandle& nh, const std::string& t
   , input_topic_(input_topic)
   , own_host_(ros::network::getHost())
   , policy_(options.policy)
+  , frame_log_(topic)
   , last_frame_bytes_(kNaN)
   , last_encode_ms_(kNaN)
 {
@@ -173,7 +183,10 @@ LinkAwareStream::LinkAwareStream(const ros::NodeHandle& nh, const std::string& t
     delivery_timer_ =
         control_nh_.createWallTimer(ros::WallDuration(kDeliveryCheckS), &LinkAwareStream::onDeliveryCheck, this);
   if (options_.format == "h264")
+  {
     recheck_timer_ = control_nh_.createWallTimer(ros::WallDuration(kRecheckS), &LinkAwareStream::onRecheck, this);
+    keyframe_sub_ = control_nh_.subscribe(keyframeRequestTopic(topic_), 4, &LinkAwareStream::onKeyframeRequest, this);
+  }
   spinner_.reset(new ros::AsyncSpinner(1, &control_queue_));
 }
 
@@ -203,6 +216,7 @@ void LinkAwareStream::stop()
   recheck_timer_.stop();
   state_pub_.shutdown();
   peers_sub_.shutdown();
+  keyframe_sub_.shutdown();
 }
 
 void LinkAwareStream::setOtherTopics(const std::vector<std::string>& topics)
@@ -570,6 +584,21 @@ void LinkAwareStream::resumeLocked()
   }
 }
 
+/// h264: a viewer lost the stream and asks for a keyframe; forced keyframes stay at most one per
+/// kMinForcedKeyframeS for all subscribers together.
+void LinkAwareStream::onKeyframeRequest(const std_msgs::EmptyConstPtr&)
+{
+  if (stopping_)
+    return;
+  std::lock_guard<std::mutex> lock(mutex_);
+  const ros::WallTime now = ros::WallTime::now();
+  if (last_forced_keyframe_.isZero() || (now - last_forced_keyframe_).toSec() >= kMinForcedKeyframeS)
+  {
+    keyframe_wanted_ = true;
+    last_forced_keyframe_ = now;
+  }
+}
+
 void LinkAwareStream::publishState()
 {
   if (stopping_)
@@ -683,12 +712,13 @@ void LinkAwareStream::frameSent(size_t bytes, int quality, double encode_ms, con
 sensor_msgs::CompressedImagePtr LinkAwareStream::encode(const sensor_msgs::Image& image, ImageEncoder& encoder,
                                                         int* quality, double* encode_ms)
 {
-  if (!admitFrame(quality))
+  if (refuses(image) || !admitFrame(quality))
     return sensor_msgs::CompressedImagePtr();
   sensor_msgs::CompressedImagePtr out(new sensor_msgs::CompressedImage);
   const auto t0 = std::chrono::steady_clock::now();
   try
   {
+    encoder.setLimits(options_.limits);
     if (options_.format == "png")
       encoder.encodePng(image, options_.png_level, *out);
     else
@@ -696,47 +726,31 @@ sensor_msgs::CompressedImagePtr LinkAwareStream::encode(const sensor_msgs::Image
   }
   catch (const std::exception& e)
   {
-    ROS_ERROR_THROTTLE(10.0, "%s: cannot encode a frame from %s: %s", topic_.c_str(), input_topic_.c_str(), e.what());
+    const std::string what = e.what();
+    frame_log_.report(ros::console::levels::Error, ProblemLog::kindOf(what),
+                      "cannot encode a frame from " + input_topic_ + ": " + what);
     return sensor_msgs::CompressedImagePtr();
   }
   *encode_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   return out;
 }
 
-sensor_msgs::ImagePtr decodeH264(const sensor_msgs::CompressedImage& message, H264Decoder& decoder,
-                                 const std::string& topic)
+bool LinkAwareStream::refuses(const sensor_msgs::Image& image)
 {
-  if (message.format != "h264")
-  {
-    ROS_ERROR_THROTTLE(10.0, "%s: format '%s' is not h264", topic.c_str(), message.format.c_str());
-    return sensor_msgs::ImagePtr();
-  }
-  Frame frame;
-  std::string error;
-  if (!decoder.decode(message.data.data(), message.data.size(), &frame, &error))
-  {
-    if (decoder.status() == DecodeStatus::kError)
-      ROS_WARN_THROTTLE(10.0, "%s: %s (waiting for the next keyframe)", topic.c_str(), error.c_str());
-    else if (decoder.status() != DecodeStatus::kNoFrame)
-      ROS_DEBUG_THROTTLE(5.0, "%s: %s", topic.c_str(), error.c_str());
-    return sensor_msgs::ImagePtr();
-  }
-  sensor_msgs::ImagePtr out(new sensor_msgs::Image);
-  out->header = message.header;
-  out->width = frame.width;
-  out->height = frame.height;
-  out->encoding = frame.encoding;
-  out->step = frame.step;
-  out->is_bigendian = 0;
-  out->data.swap(frame.data);
-  return out;
+  const std::string bad =
+      checkRawImage(image.encoding, image.width, image.height, image.step, image.data.size(), options_.limits);
+  if (bad.empty())
+    return false;
+  frame_log_.report(ros::console::levels::Error, ProblemLog::kindOf(bad),
+                    "refuses a frame from " + input_topic_ + ": " + bad + " (the next frames are checked again)");
+  return true;
 }
 
 sensor_msgs::CompressedImagePtr LinkAwareStream::encodeH264(const sensor_msgs::Image& image, H264Encoder& encoder,
                                                             bool* keyframe, double* encode_ms)
 {
   int quality = 0;
-  if (!admitFrame(&quality))
+  if (refuses(image) || !admitFrame(&quality))
     return sensor_msgs::CompressedImagePtr();
   double kbps;
   {
@@ -745,23 +759,26 @@ sensor_msgs::CompressedImagePtr LinkAwareStream::encodeH264(const sensor_msgs::I
   }
   const auto t0 = std::chrono::steady_clock::now();
   const uint8_t* pixels = image.data.data();
+  size_t size = image.data.size();
   int step = static_cast<int>(image.step);
   std::string encoding = image.encoding;
   cv_bridge::CvImageConstPtr converted;
-  if (encoding != "rgb8" && encoding != "bgr8" && encoding != "mono8" && encoding != "rgba8" && encoding != "bgra8")
+  const EncodingRule rule = encodingRule(encoding);
+  if (rule.support == EncodingSupport::kConverted)
   {
     try
     {
-      converted = cv_bridge::toCvCopy(image, sensor_msgs::image_encodings::isMono(encoding) ? "mono8" : "bgr8");
+      converted = cv_bridge::toCvCopy(image, rule.converted_to);
     }
     catch (const std::exception& e)
     {
-      ROS_ERROR_THROTTLE(10.0, "%s: cannot convert a '%s' frame for H.264: %s", topic_.c_str(), encoding.c_str(),
-                         e.what());
+      frame_log_.report(ros::console::levels::Error, "convert " + encoding,
+                        "cannot convert a '" + encoding + "' frame to " + rule.converted_to + " for H.264: " + e.what());
       return sensor_msgs::CompressedImagePtr();
     }
     pixels = converted->image.data;
     step = static_cast<int>(converted->image.step[0]);
+    size = converted->image.step[0] * static_cast<size_t>(converted->image.rows);
     encoding = converted->encoding;
   }
   std::string error;
@@ -774,9 +791,11 @@ sensor_msgs::CompressedImagePtr LinkAwareStream::encodeH264(const sensor_msgs::I
     params.bitrate_kbps = static_cast<int>(kbps);
     params.gop = options_.gop;
     params.crf = options_.crf;
+    params.limits = options_.limits;
     if (!encoder.open(params, &error))
     {
-      ROS_ERROR_THROTTLE(10.0, "%s: cannot open the H.264 encoder: %s", topic_.c_str(), error.c_str());
+      frame_log_.report(ros::console::levels::Error, "open: " + ProblemLog::kindOf(error),
+                        "cannot open the H.264 encoder: " + error);
       return sensor_msgs::CompressedImagePtr();
     }
     applied_kbps_ = static_cast<int>(kbps);
@@ -789,11 +808,11 @@ sensor_msgs::CompressedImagePtr LinkAwareStream::encodeH264(const sensor_msgs::I
   if (keyframe_wanted_.exchange(false))
     encoder.requestKeyframe();
   Packet packet;
-  if (!encoder.encode(pixels, static_cast<int>(image.width), static_cast<int>(image.height), step, encoding,
+  if (!encoder.encode(pixels, size, static_cast<int>(image.width), static_cast<int>(image.height), step, encoding,
                       frame_count_++, &packet, &error))
   {
-    ROS_ERROR_THROTTLE(10.0, "%s: cannot encode a frame from %s: %s", topic_.c_str(), input_topic_.c_str(),
-                       error.c_str());
+    frame_log_.report(ros::console::levels::Error, ProblemLog::kindOf(error),
+                      "cannot encode a frame from " + input_topic_ + ": " + error);
     keyframe_wanted_ = true;  // the decoders may have missed a reference
     return sensor_msgs::CompressedImagePtr();
   }

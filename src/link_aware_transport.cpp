@@ -18,11 +18,13 @@
 // encoder's bitrate follows the budget on the fly; a new subscriber gets a keyframe with the next
 // frame; while a subscriber's connection is backed up frames are not encoded at all (decodable).
 #include "overlay_manager/link_aware_stream.h"
+#include "overlay_manager/viewer_decoders.h"
 
 #include <image_transport/simple_publisher_plugin.h>
 #include <image_transport/simple_subscriber_plugin.h>
 #include <pluginlib/class_list_macros.hpp>
 #include <sensor_msgs/CompressedImage.h>
+#include <std_msgs/Empty.h>
 
 #include <algorithm>
 #include <memory>
@@ -152,49 +154,105 @@ protected:
   }
 };
 
+/// What the two subscribers share: a decoder made when the subscription is (limits from the
+/// viewer's private parameters ~<transport>/max_pixels etc., viewer_decoders.h), its log, and the
+/// keyframe request publisher (H.264).
+template <class Decoder>
+class LinkAwareSubscriberBase : public image_transport::SimpleSubscriberPlugin<sensor_msgs::CompressedImage>
+{
+public:
+  void shutdown() override
+  {
+    request_pub_.shutdown();
+    SimpleSubscriberPlugin::shutdown();
+  }
+
+protected:
+  /// Makes the subscription's decoder for `topic` (the transport topic) with `limits`.
+  virtual std::unique_ptr<Decoder> makeDecoder(const std::string& topic, const ImageLimits& limits) = 0;
+
+  void subscribeImpl(ros::NodeHandle& nh, const std::string& base_topic, uint32_t queue_size, const Callback& callback,
+                     const ros::VoidPtr& tracked_object, const image_transport::TransportHints& hints) override
+  {
+    const std::string topic = nh.resolveName(getTopicToSubscribe(base_topic));
+    const ros::NodeHandle params("~" + getTransportName());
+    ImageLimits limits;
+    try
+    {
+      limits = readImageLimits(params);
+    }
+    catch (const std::invalid_argument& e)
+    {
+      // a plugin must not take the viewer down: say what is wrong and decode with the defaults
+      ROS_ERROR("%s; %s decodes with the default limits until this is fixed", e.what(), topic.c_str());
+    }
+    {
+      std::lock_guard<std::mutex> lock(decoder_mutex_);
+      decoder_ = makeDecoder(topic, limits);
+    }
+    SimpleSubscriberPlugin::subscribeImpl(nh, base_topic, queue_size, callback, tracked_object, hints);
+  }
+
+  std::mutex decoder_mutex_;  ///< a re-subscription swaps the decoder while a callback may run
+  std::unique_ptr<Decoder> decoder_;
+  ros::Publisher request_pub_;
+};
+
 /// Decodes <image>/link_aware_h264 to sensor_msgs/Image (bgr8). Frames before the first keyframe
-/// and after a lost reference are dropped until the next keyframe: never a smeared picture.
-class LinkAwareH264Subscriber : public image_transport::SimpleSubscriberPlugin<sensor_msgs::CompressedImage>
+/// and after a lost reference are dropped until the next keyframe, which it asks the publisher for:
+/// never a smeared picture.
+class LinkAwareH264Subscriber : public LinkAwareSubscriberBase<H264ViewerDecoder>
 {
 public:
   std::string getTransportName() const override { return "link_aware_h264"; }
 
 protected:
+  std::unique_ptr<H264ViewerDecoder> makeDecoder(const std::string& topic, const ImageLimits& limits) override
+  {
+    std::unique_ptr<H264ViewerDecoder> d(new H264ViewerDecoder("bgr8", topic, limits));
+    request_pub_ = ros::NodeHandle().advertise<std_msgs::Empty>(keyframeRequestTopic(topic), 1);
+    ros::Publisher pub = request_pub_;
+    d->setKeyframeRequest([pub]() { pub.publish(std_msgs::Empty()); });
+    return d;
+  }
+
   void internalCallback(const sensor_msgs::CompressedImageConstPtr& message, const Callback& user_cb) override
   {
-    sensor_msgs::ImagePtr image = decodeH264(*message, decoder_, getTopic());
+    sensor_msgs::ImagePtr image;
+    {
+      std::lock_guard<std::mutex> lock(decoder_mutex_);
+      if (decoder_)
+        image = decoder_->decode(*message);
+    }
     if (image)
       user_cb(image);
   }
-
-private:
-  H264Decoder decoder_{"bgr8"};  ///< one subscription's callbacks never run concurrently
 };
 
-/// Decodes <image>/link_aware back to sensor_msgs/Image (the raw encoding named in the format).
-class LinkAwareSubscriber : public image_transport::SimpleSubscriberPlugin<sensor_msgs::CompressedImage>
+/// Decodes <image>/link_aware back to sensor_msgs/Image (the raw encoding named in the format when
+/// the picture holds it, else what it holds).
+class LinkAwareSubscriber : public LinkAwareSubscriberBase<ImageViewerDecoder>
 {
 public:
   std::string getTransportName() const override { return "link_aware"; }
 
 protected:
+  std::unique_ptr<ImageViewerDecoder> makeDecoder(const std::string& topic, const ImageLimits& limits) override
+  {
+    return std::unique_ptr<ImageViewerDecoder>(new ImageViewerDecoder(topic, limits));
+  }
+
   void internalCallback(const sensor_msgs::CompressedImageConstPtr& message, const Callback& user_cb) override
   {
     sensor_msgs::ImagePtr image;
-    try
     {
-      image = decoder_.decode(*message);
+      std::lock_guard<std::mutex> lock(decoder_mutex_);
+      if (decoder_)
+        image = decoder_->decode(*message);
     }
-    catch (const std::exception& e)
-    {
-      ROS_ERROR_THROTTLE(10.0, "%s: cannot decode a frame: %s", getTopic().c_str(), e.what());
-      return;
-    }
-    user_cb(image);
+    if (image)
+      user_cb(image);
   }
-
-private:
-  ImageDecoder decoder_;  ///< one subscription's callbacks never run concurrently
 };
 
 }  // namespace overlay_manager

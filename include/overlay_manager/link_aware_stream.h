@@ -22,6 +22,8 @@
 
 #include "overlay_manager/h264_codec.h"
 #include "overlay_manager/image_codec.h"
+#include "overlay_manager/image_rules.h"
+#include "overlay_manager/problem_log.h"
 #include "overlay_manager/stream_policy.h"
 #include "overlay_manager/subscriber_hosts.h"
 
@@ -30,6 +32,7 @@
 #include <ros/ros.h>
 #include <sensor_msgs/CompressedImage.h>
 #include <sensor_msgs/Image.h>
+#include <std_msgs/Empty.h>
 
 #include <atomic>
 #include <functional>
@@ -66,6 +69,8 @@ struct StreamOptions
   double state_period = 1.0;      ///< s between stream_state messages (delivery is checked every 0.5 s)
   std::string peers_topic;        ///< overlay node's ~peers; "" = find it (ros_graph.h)
   HostAliases host_aliases;       ///< ~host_aliases: subscriber host -> machine short name
+  /// largest picture encoded (max_width, max_height, max_pixels); a bigger frame is refused
+  ImageLimits limits;
 };
 
 /// ~host_aliases (a mapping host -> machine short name, as the overlay node's); throws ParamError
@@ -73,16 +78,11 @@ struct StreamOptions
 HostAliases readHostAliases(const ros::NodeHandle& pnh);
 
 /// Reads StreamOptions from `params` (format, png_level, max_rate, min_rate, max_quality, min_quality,
-/// budget_kbps_<path>, adapt_to_delivery, max_backlog_ms, state_period, peers_topic; h264: gop, crf,
-/// max_video_kbps, min_video_kbps, video_share). `format` non-empty fixes the format (the h264
-/// transport) instead of reading it. Throws ParamError naming the parameter.
+/// budget_kbps_<path>, adapt_to_delivery, max_backlog_ms, state_period, peers_topic, max_width,
+/// max_height, max_pixels; h264: gop, crf, max_video_kbps, min_video_kbps, video_share). `format`
+/// non-empty fixes the format (the h264 transport) instead of reading it. Throws ParamError naming
+/// the parameter.
 StreamOptions readStreamOptions(const ros::NodeHandle& params, const std::string& format = "");
-
-/// One link_aware_h264 message (format "h264", one access unit) to sensor_msgs/Image with the
-/// message's header; null (logged, throttled, naming `topic`) while the decoder waits for a keyframe
-/// or cannot decode. `decoder` is the subscription's own.
-sensor_msgs::ImagePtr decodeH264(const sensor_msgs::CompressedImage& message, H264Decoder& decoder,
-                                 const std::string& topic);
 
 class LinkAwareStream
 {
@@ -128,7 +128,10 @@ public:
   /// Records a frame published: its size, the quality it was encoded at, encode time and format.
   void frameSent(size_t bytes, int quality, double encode_ms, const std::string& format, bool keyframe = false);
   /// admitFrame + encode (jpeg at the decided quality, or png) into a new message; null when the frame
-  /// is not due or cannot be encoded (logged, throttled). The caller publishes and calls frameSent.
+  /// is not due or cannot be encoded. A frame image_rules.h refuses (an encoding the transports do
+  /// not take, a layout that lies about its size, a picture over the limits) is never read: the
+  /// problem is logged once per kind (then throttled with a count) and the next frame goes on.
+  /// The caller publishes and calls frameSent.
   sensor_msgs::CompressedImagePtr encode(const sensor_msgs::Image& image, ImageEncoder& encoder, int* quality,
                                          double* encode_ms);
   /// The same for h264: admitFrame (which also skips frames while a subscriber's connection is backed
@@ -160,6 +163,9 @@ private:
   void onRecheck(const ros::WallTimerEvent&);
   void resumeLocked();
   void publishState();
+  void onKeyframeRequest(const std_msgs::EmptyConstPtr&);
+  /// True (and the problem logged through frame_log_) when image_rules.h refuses `image`.
+  bool refuses(const sensor_msgs::Image& image);
 
   // configuration (set in the constructor, read-only afterwards)
   const StreamOptions options_;
@@ -172,6 +178,7 @@ private:
   std::unique_ptr<ros::AsyncSpinner> spinner_;
   ros::Publisher state_pub_;
   ros::Subscriber peers_sub_;
+  ros::Subscriber keyframe_sub_;  ///< h264: viewers' keyframe requests
   ros::WallTimer timer_;
   ros::WallTimer delivery_timer_;  ///< delivery checks (adapt_to_delivery)
   ros::WallTimer recheck_timer_;  ///< h264: backlog re-checks while frames are skipped
@@ -184,6 +191,7 @@ private:
   std::atomic<bool> keyframe_wanted_{true};  ///< h264: next frame an IDR (new subscriber, backlog cleared)
   int64_t frame_count_ = 0;                  ///< h264 pts (frame thread)
   int applied_kbps_ = 0;                     ///< bitrate last given to the h264 encoder (frame thread)
+  ProblemLog frame_log_;                     ///< frames refused or not encodable (frame thread)
 
   std::mutex mutex_;  ///< guards everything below
   StreamPolicy policy_;

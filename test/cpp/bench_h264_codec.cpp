@@ -171,7 +171,7 @@ int main(int argc, char** argv)
       overlay_manager::Packet pkt;
       const double c0 = processCpuSeconds();
       const auto w0 = std::chrono::steady_clock::now();
-      if (!enc.encode(staging.data, static_cast<int>(staging.step), encoding, static_cast<int64_t>(i), &pkt, &err))
+      if (!enc.encode(staging.data, staging.step * staging.rows, static_cast<int>(staging.step), encoding, static_cast<int64_t>(i), &pkt, &err))
       {
         std::fprintf(stderr, "bench_h264_codec: frame %zu: %s\n", i, err.c_str());
         return 1;

@@ -81,7 +81,7 @@ Packet encodeOne(H264Encoder& enc, const cv::Mat& bgr, int64_t pts)
 {
   Packet pkt;
   std::string err;
-  EXPECT_TRUE(enc.encode(bgr.data, static_cast<int>(bgr.step), "bgr8", pts, &pkt, &err)) << err;
+  EXPECT_TRUE(enc.encode(bgr.data, bgr.step * bgr.rows, static_cast<int>(bgr.step), "bgr8", pts, &pkt, &err)) << err;
   return pkt;
 }
 
@@ -148,7 +148,7 @@ TEST(H264Encoder, OnePacketPerFrameWithoutDelayOnBothScenes)
     for (size_t i = 0; i < 60; ++i)
     {
       Packet pkt;
-      ASSERT_TRUE(enc.encode((*scene)[i].data, static_cast<int>((*scene)[i].step), "bgr8", 1000 + i, &pkt, &err))
+      ASSERT_TRUE(enc.encode((*scene)[i].data, (*scene)[i].step * (*scene)[i].rows, static_cast<int>((*scene)[i].step), "bgr8", 1000 + i, &pkt, &err))
           << "frame " << i << ": " << err;
       ASSERT_FALSE(pkt.data.empty()) << "frame " << i;
       EXPECT_EQ(pkt.pts, static_cast<int64_t>(1000 + i));
@@ -279,12 +279,12 @@ TEST(H264Encoder, ResolutionChangeReopensWithAKeyframe)
   enc.setBitrate(800);
   for (int i = 0; i < 5; ++i)
   {
-    ASSERT_TRUE(enc.encode(big[i].data, kW, kH, static_cast<int>(big[i].step), "bgr8", i, &pkt, &err)) << err;
+    ASSERT_TRUE(enc.encode(big[i].data, big[i].step * big[i].rows, kW, kH, static_cast<int>(big[i].step), "bgr8", i, &pkt, &err)) << err;
     ASSERT_TRUE(dec.decode(pkt.data.data(), pkt.data.size(), &f, &err)) << err;
   }
   for (int i = 0; i < 5; ++i)
   {
-    ASSERT_TRUE(enc.encode(small[i].data, 320, 240, static_cast<int>(small[i].step), "bgr8", 5 + i, &pkt, &err))
+    ASSERT_TRUE(enc.encode(small[i].data, small[i].step * small[i].rows, 320, 240, static_cast<int>(small[i].step), "bgr8", 5 + i, &pkt, &err))
         << err;
     EXPECT_EQ(pkt.keyframe, i == 0);
     ASSERT_TRUE(dec.decode(pkt.data.data(), pkt.data.size(), &f, &err)) << err;
@@ -313,7 +313,7 @@ TEST(H264Encoder, OddSizeIsCroppedToEven)
     cv::cvtColor(odd[i], rgb, cv::COLOR_BGR2RGB);
     Packet pkt;
     Frame f;
-    ASSERT_TRUE(enc.encode(rgb.data, static_cast<int>(rgb.step), "rgb8", i, &pkt, &err)) << err;
+    ASSERT_TRUE(enc.encode(rgb.data, rgb.step * rgb.rows, static_cast<int>(rgb.step), "rgb8", i, &pkt, &err)) << err;
     ASSERT_TRUE(dec.decode(pkt.data.data(), pkt.data.size(), &f, &err)) << err;
     ASSERT_EQ(f.width, 640);
     ASSERT_EQ(f.height, 480);
@@ -345,7 +345,7 @@ TEST(H264Encoder, AcceptsEveryRawEncodingWithPaddedRows)
     Packet pkt;
     Frame f;
     ASSERT_TRUE(enc.open(params640(), &err)) << err;
-    ASSERT_TRUE(enc.encode(padded.data, static_cast<int>(padded.step), c.encoding, 0, &pkt, &err)) << c.encoding << err;
+    ASSERT_TRUE(enc.encode(padded.data, padded.step * padded.rows, static_cast<int>(padded.step), c.encoding, 0, &pkt, &err)) << c.encoding << err;
     ASSERT_TRUE(dec.decode(pkt.data.data(), pkt.data.size(), &f, &err)) << c.encoding << err;
     cv::Mat expected = bgr;
     if (c.code == cv::COLOR_BGR2GRAY)
@@ -360,7 +360,7 @@ TEST(H264Encoder, BadInputIsRefusedWithAClearError)
   std::string err;
   Packet pkt;
   const std::vector<uint8_t> pixels(kW * kH * 3, 128);
-  EXPECT_FALSE(enc.encode(pixels.data(), kW * 3, "bgr8", 0, &pkt, &err));
+  EXPECT_FALSE(enc.encode(pixels.data(), pixels.size(), kW * 3, "bgr8", 0, &pkt, &err));
   EXPECT_NE(err.find("open()"), std::string::npos) << err;
   H264Params p = params640();
   p.preset = "warp-speed";
@@ -371,9 +371,9 @@ TEST(H264Encoder, BadInputIsRefusedWithAClearError)
   EXPECT_FALSE(enc.open(p, &err));
   EXPECT_NE(err.find("bitrate_kbps"), std::string::npos) << err;
   ASSERT_TRUE(enc.open(params640(), &err)) << err;
-  EXPECT_FALSE(enc.encode(pixels.data(), kW * 3, "yuv422", 0, &pkt, &err));
+  EXPECT_FALSE(enc.encode(pixels.data(), pixels.size(), kW * 3, "yuv422", 0, &pkt, &err));
   EXPECT_NE(err.find("yuv422"), std::string::npos) << err;
-  EXPECT_FALSE(enc.encode(pixels.data(), kW * 2, "bgr8", 0, &pkt, &err));
+  EXPECT_FALSE(enc.encode(pixels.data(), pixels.size(), kW * 2, "bgr8", 0, &pkt, &err));
   EXPECT_NE(err.find("step"), std::string::npos) << err;
 
   H264Decoder dec;
