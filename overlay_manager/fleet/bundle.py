@@ -227,7 +227,7 @@ def derper_credentials(dep: Deployment, fleet: FleetConfig, server: DerpServer) 
     64 hex digits) when the region has several servers.
 
     Raises:
-        FleetError: no fleet CA in the deployment, or openssl failing (naming the host).
+        FleetError: no fleet CA in the deployment, or it cannot issue (naming the host).
     """
     tls_dir = dep.root / "tls"
     ca_key, ca_crt = tls_dir / "ca.key", tls_dir / "ca.crt"

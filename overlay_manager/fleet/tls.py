@@ -1,7 +1,17 @@
-"""Private CA and server certificate for the control server, made with the openssl CLI.
+"""Private CA and server certificate for the control server, made with python3-cryptography.
 
 Lifetimes (fleet file ``server.tls``): the CA lives ``ca_days`` (default 3650: ten years; robots
 trust it, so it is created once and kept), the server certificate ``days`` (default 825).
+
+What is made: ECDSA P-256 keys (PKCS#8 PEM, unencrypted, mode 0600) and SHA-256 signed
+certificates (PEM, 0644). The CA: subject and issuer ``CN=<fleet> fleet CA``, basicConstraints
+``critical, CA:TRUE, pathlen:0``, keyUsage ``critical, keyCertSign, cRLSign``. The server (and a
+derper's) certificate: ``CN=<first name>``, basicConstraints ``critical, CA:FALSE``, keyUsage
+``critical, digitalSignature, keyEncipherment``, extendedKeyUsage ``serverAuth``, one
+subjectAltName per name (an IP address or a DNS name). Both carry subject and authority key
+identifiers. Every file is written with :func:`overlay_manager.system.files.atomic_write` (mode
+set before any byte, fsynced, renamed into place): a key is never readable by others and never
+half-written.
 
 Renewal: :func:`ensure_server_cert` re-issues the server certificate from the fleet CA when its
 names change, when it is missing, when it expires within :data:`RENEW_BEFORE_S` (``fleet init``,
@@ -10,10 +20,18 @@ trusting the server. A renewal is atomic: each certificate and its key live in a
 directory ``tls/certs/<stamp>/``, ``tls/live`` is a symbolic link to the current one and
 ``tls/server.crt``, ``server.key`` and ``server.names`` are links through ``tls/live``; the new
 generation is written completely, then ``live`` is switched with one rename. A reader (headscale
-at start) sees the old pair or the new pair, never a mix. Private keys are written with mode 0600.
+at start) sees the old pair or the new pair, never a mix.
 
 :func:`certificate_notices` says which certificates expire soon (one line each: the file, the
 date and the command that renews it).
+
+Errors name the file and the fix; the content of a private key never appears in them (nor in
+their chained exceptions' text). Without python3-cryptography this module still imports (the
+rest of the fleet package needs it); every function that makes or reads a certificate then raises
+a :class:`~overlay_manager.fleet.model.FleetError` saying what to install.
+
+Works with python3-cryptography 2.8 (Ubuntu 20.04) and later: the ``backend`` arguments 2.8
+requires are passed, and dates are read from ``not_valid_after_utc`` where it exists (42+).
 """
 
 from __future__ import annotations
@@ -21,16 +39,26 @@ from __future__ import annotations
 import ipaddress
 import os
 import shutil
-import subprocess
 import tempfile
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
-from typing import Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 from urllib.parse import urlsplit
 
 from overlay_manager.core.validation import Reader
 from overlay_manager.fleet.model import FleetConfig, FleetError
+from overlay_manager.system.files import atomic_write
+
+try:
+    from cryptography import x509
+    from cryptography.exceptions import UnsupportedAlgorithm
+    from cryptography.hazmat.backends import default_backend
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec, rsa
+    from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+except ImportError:  # the fleet package imports without it; using certificates says what to install
+    x509 = None  # type: ignore[assignment]
 
 #: Re-issue the server certificate when it expires within this many seconds.
 RENEW_BEFORE_S = 30 * 86400
@@ -38,95 +66,283 @@ RENEW_BEFORE_S = 30 * 86400
 SERVER_WARN_BEFORE_S = 30 * 86400
 #: Warn about the CA this long before it expires: a new CA means a new ca.crt on every robot.
 CA_WARN_BEFORE_S = 180 * 86400
+#: X.509's upper bound for a common name (RFC 5280 ub-common-name), which openssl enforces.
+MAX_COMMON_NAME = 64
+
+MISSING_LIBRARY = ("python3-cryptography is missing: the fleet tool makes and reads its TLS "
+                   "certificates with it (install the package python3-cryptography, or "
+                   "`pip install cryptography`)")
+_NEW_CA = "make a new CA (docs/fleet.md, \"A new CA\") and give every robot the new ca.crt"
 
 
+class CAError(FleetError):
+    """The fleet CA cannot issue: its key or certificate is missing, unreadable, or they do not
+    belong together. The message names the file."""
 
-class CAExpired(FleetError):
+
+class CAExpired(CAError):
     """The fleet CA has expired (or expires within a day): nothing can be issued from it."""
 
 
-_MONTHS = {m: i + 1 for i, m in enumerate(
-    ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"))}
+class NameRefused(FleetError):
+    """A name cannot go into a certificate (a common name over 64 characters, a DNS name that is
+    not ASCII): a problem of the fleet file's names."""
 
 
-def _openssl(args: List[str], what: str, file: Path) -> str:
-    exe = shutil.which("openssl")
-    if exe is None:
-        raise FleetError("the openssl command is missing (Debian package: openssl)", file=file)
-    proc = subprocess.run([exe, *args], capture_output=True, text=True, check=False)
-    if proc.returncode != 0:
-        raise FleetError(f"openssl failed to {what}: {' '.join(proc.stderr.split())[-400:]}", file=file)
-    return proc.stdout
+def require_cryptography(file: Any = "") -> None:
+    """Raise FleetError (naming ``file``) when python3-cryptography cannot be imported."""
+    if x509 is None:
+        raise FleetError(MISSING_LIBRARY, file=file)
 
 
-def _san_entries(names: List[str]) -> List[str]:
-    out = []
-    for n in names:
-        try:
-            out.append(f"IP:{ipaddress.ip_address(n)}")
-        except ValueError:
-            out.append(f"DNS:{n}")
-    return out
+# --- reading ------------------------------------------------------------------------------------
+
+def _read_bytes(path: Path, what: str, error: type = FleetError) -> bytes:
+    try:
+        return Path(path).read_bytes()
+    except FileNotFoundError:
+        raise error(f"missing: {what}", file=path) from None
+    except OSError as e:
+        raise error(f"cannot read {what}: {e.strerror}", file=path) from None
 
 
-def parse_openssl_date(text: str) -> datetime:
-    """openssl's ``notAfter=`` value (``Nov 25 15:40:00 2036 GMT``) -> aware UTC datetime.
-
-    Month names are parsed here, not with strptime, so the locale does not matter.
+def load_certificate(path: Path, what: str = "the certificate", error: type = FleetError) -> Any:
+    """The first PEM certificate in ``path`` (an ``x509.Certificate``).
 
     Raises:
-        ValueError: not in that form.
+        FleetError (or ``error``): naming the file when it is missing, unreadable or holds no PEM
+            certificate.
     """
-    parts = text.split()
-    if len(parts) != 5 or parts[4] != "GMT" or parts[0] not in _MONTHS:
-        raise ValueError(f"not an openssl date: {text!r}")
-    hh, mm, ss = (int(x) for x in parts[2].split(":"))
-    return datetime(int(parts[3]), _MONTHS[parts[0]], int(parts[1]), hh, mm, ss, tzinfo=timezone.utc)
+    require_cryptography(path)
+    data = _read_bytes(path, what, error)
+    try:
+        return x509.load_pem_x509_certificate(data, default_backend())
+    except (ValueError, TypeError, UnsupportedAlgorithm):
+        raise error(f"{what} is not a PEM certificate (damaged or another kind of file)", file=path) from None
+
+
+def load_private_key(path: Path, what: str = "the private key", error: type = FleetError) -> Any:
+    """The unencrypted PEM private key in ``path``. The error never quotes the file's content.
+
+    Raises:
+        FleetError (or ``error``): naming the file when it is missing, unreadable, encrypted or
+            not a PEM private key.
+    """
+    require_cryptography(path)
+    data = _read_bytes(path, what, error)
+    try:
+        return serialization.load_pem_private_key(data, password=None, backend=default_backend())
+    except TypeError:
+        raise error(f"{what} is encrypted: it must be an unencrypted PEM private key", file=path) from None
+    except (ValueError, UnsupportedAlgorithm):
+        raise error(f"{what} is not an unencrypted PEM private key (damaged or another kind of file)",
+                    file=path) from None
+
+
+def _public_der(key_or_cert: Any) -> bytes:
+    """The SubjectPublicKeyInfo (DER) of a private key, public key or certificate."""
+    pub = key_or_cert.public_key() if hasattr(key_or_cert, "public_key") else key_or_cert
+    return pub.public_bytes(serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo)
+
+
+def _cert_not_after(cert: Any) -> datetime:
+    end = getattr(cert, "not_valid_after_utc", None)  # 42+; not_valid_after is naive UTC
+    return end if end is not None else cert.not_valid_after.replace(tzinfo=timezone.utc)
 
 
 def not_after(cert: Path) -> datetime:
     """When ``cert`` (PEM) expires (UTC).
 
     Raises:
-        FleetError: naming the file when openssl cannot read it.
+        FleetError: naming the file when it is missing or not a PEM certificate.
     """
-    out = _openssl(["x509", "-noout", "-enddate", "-in", str(cert)], "read the expiry date", cert)
-    try:
-        return parse_openssl_date(out.strip().partition("=")[2])
-    except ValueError as e:
-        raise FleetError(f"cannot read the expiry date: {e}", file=cert) from None
+    return _cert_not_after(load_certificate(cert))
 
 
-def _valid_for(cert: Path, seconds: int) -> bool:
-    """True when ``cert`` exists and stays valid for at least ``seconds`` more."""
+def _valid_for(cert: Path, seconds: int, now: datetime) -> bool:
+    """True when ``cert`` exists and stays valid for at least ``seconds`` more after ``now``."""
     if not cert.exists():
         return False
-    exe = shutil.which("openssl") or "openssl"
-    proc = subprocess.run([exe, "x509", "-in", str(cert), "-noout", "-checkend", str(seconds)],
-                          capture_output=True, check=False)
-    return proc.returncode == 0
+    return (not_after(cert) - now).total_seconds() > seconds
+
+
+# --- making -------------------------------------------------------------------------------------
+
+def _utcnow() -> datetime:
+    """Now in UTC, whole seconds, naive (what CertificateBuilder takes in every version)."""
+    return datetime.now(timezone.utc).replace(microsecond=0, tzinfo=None)
+
+
+def _common_name(name: str) -> Any:
+    if not name or len(name) > MAX_COMMON_NAME:
+        raise NameRefused(f"{name!r} cannot be a certificate's common name (1 to {MAX_COMMON_NAME} "
+                          "characters, X.509's limit)")
+    return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)])
+
+
+def _san_entries(names: List[str]) -> List[Any]:
+    out: List[Any] = []
+    for n in names:
+        try:
+            out.append(x509.IPAddress(ipaddress.ip_address(n)))
+            continue
+        except ValueError:
+            pass
+        if not n.isascii():
+            raise NameRefused(f"{n!r} is not an ASCII DNS name (write an internationalised name "
+                              "in its xn-- form)")
+        try:
+            out.append(x509.DNSName(n))
+        except ValueError:
+            raise NameRefused(f"{n!r} cannot be a DNS name in a certificate") from None
+    return out
+
+
+def _new_key() -> Any:
+    return ec.generate_private_key(ec.SECP256R1(), default_backend())
+
+
+def _key_pem(key: Any) -> bytes:
+    return key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                             serialization.NoEncryption())
+
+
+def _cert_pem(cert: Any) -> bytes:
+    return cert.public_bytes(serialization.Encoding.PEM)
+
+
+def _digest(key: Any) -> Any:
+    """SHA-256 for EC and RSA keys; None (the key's own) for Ed25519/Ed448 CA keys."""
+    return hashes.SHA256() if isinstance(key, (ec.EllipticCurvePrivateKey, rsa.RSAPrivateKey)) else None
+
+
+def _authority_key_id(ca_cert: Any, ca_key: Any) -> Any:
+    """The CA certificate's own subject key identifier, else one computed from its key."""
+    try:
+        ski = ca_cert.extensions.get_extension_for_class(x509.SubjectKeyIdentifier).value
+        return x509.AuthorityKeyIdentifier(ski.digest, None, None)
+    except x509.ExtensionNotFound:
+        return x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key())
+
+
+def _write(path: Path, data: bytes, mode: int) -> None:
+    """atomic_write, its OSError turned into a FleetError naming the file."""
+    try:
+        atomic_write(path, data, mode)
+    except OSError as e:
+        raise FleetError(f"cannot write: {e.strerror}", file=path) from None
 
 
 def ensure_ca(tls_dir: Path, common_name: str, days: int) -> Tuple[Path, Path]:
-    """Create ``tls_dir/ca.key`` and ``tls_dir/ca.crt`` (valid ``days`` days) unless both
-    exist; return their paths. An existing CA is never replaced (robots trust it)."""
+    """Create ``tls_dir/ca.key`` (0600) and ``tls_dir/ca.crt`` (valid ``days`` days) unless both
+    exist; return their paths. An existing CA is never replaced (robots trust it).
+
+    The key is written first: a run stopped before the certificate leaves no CA anyone trusts,
+    and the next run makes both again.
+
+    Raises:
+        CAError: ``ca.crt`` exists without ``ca.key`` (it is never replaced silently).
+        NameRefused: ``common_name`` is not 1 to 64 characters.
+        FleetError: python3-cryptography missing, or the files cannot be written.
+    """
     key, crt = tls_dir / "ca.key", tls_dir / "ca.crt"
     if key.exists() and crt.exists():
         return key, crt
+    if crt.exists():
+        raise CAError("missing: the fleet CA's private key, next to the ca.crt robots trust; restore it "
+                      f"from a backup, or {_NEW_CA}", file=key)
+    require_cryptography(crt)
+    name = _common_name(common_name)
     tls_dir.mkdir(parents=True, exist_ok=True)
-    old = os.umask(0o077)
-    try:
-        _openssl(["req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
-                  "-nodes", "-keyout", str(key), "-out", str(crt), "-days", str(days),
-                  "-subj", f"/CN={common_name}",
-                  "-addext", "basicConstraints=critical,CA:TRUE,pathlen:0",
-                  "-addext", "keyUsage=critical,keyCertSign,cRLSign"],
-                 "create the CA", crt)
-    finally:
-        os.umask(old)
-    os.chmod(key, 0o600)
-    os.chmod(crt, 0o644)
+    ca_key = _new_key()
+    start = _utcnow()
+    cert = (x509.CertificateBuilder()
+            .subject_name(name)
+            .issuer_name(name)
+            .public_key(ca_key.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(start)
+            .not_valid_after(start + timedelta(days=days))
+            .add_extension(x509.SubjectKeyIdentifier.from_public_key(ca_key.public_key()), critical=False)
+            .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()),
+                           critical=False)
+            .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+            .add_extension(x509.KeyUsage(digital_signature=False, content_commitment=False,
+                                         key_encipherment=False, data_encipherment=False,
+                                         key_agreement=False, key_cert_sign=True, crl_sign=True,
+                                         encipher_only=False, decipher_only=False), critical=True)
+            .sign(ca_key, hashes.SHA256(), default_backend()))
+    _write(key, _key_pem(ca_key), 0o600)
+    _write(crt, _cert_pem(cert), 0o644)
     return key, crt
+
+
+def _load_ca_cert(ca_crt: Path) -> Any:
+    """The fleet CA certificate; CAError naming the file and the fix when it cannot be read."""
+    try:
+        return load_certificate(ca_crt, "the fleet CA certificate", CAError)
+    except CAError as e:
+        raise CAError(f"{e.reason}; restore it from a backup, or {_NEW_CA}", file=e.file) from None
+
+
+def _load_ca(ca_key: Path, ca_crt: Path) -> Tuple[Any, Any]:
+    """(CA private key, CA certificate), checked to belong together.
+
+    Raises:
+        CAError: either file missing or unreadable, or the key not the certificate's; naming the
+            file and the fix, never quoting the key.
+    """
+    cert = _load_ca_cert(ca_crt)
+    try:
+        key = load_private_key(ca_key, "the fleet CA's private key", CAError)
+    except CAError as e:
+        raise CAError(f"{e.reason}; restore it from a backup, or {_NEW_CA}", file=e.file) from None
+    if _public_der(key) != _public_der(cert):
+        raise CAError(f"the fleet CA's private key does not belong to {ca_crt}; restore the pair from a "
+                      f"backup, or {_NEW_CA}", file=ca_key)
+    return key, cert
+
+
+def _issue(gen: Path, ca_key: Path, ca_crt: Path, names: List[str], days: int, report: Path) -> None:
+    """Write server.key (0600), server.crt (signed by the CA, valid ``days`` days) and
+    server.names (the sorted names) into ``gen``.
+
+    Raises:
+        CAError: the CA's files cannot be used (naming the file).
+        NameRefused: a name cannot go into the certificate.
+        FleetError: a file cannot be written; the signature failed (naming ``report``).
+    """
+    require_cryptography(report)
+    key_ca, cert_ca = _load_ca(ca_key, ca_crt)
+    wanted = sorted(set(names))
+    subject = _common_name(names[0])
+    sans = _san_entries(wanted)
+    key = _new_key()
+    start = _utcnow()
+    builder = (x509.CertificateBuilder()
+               .subject_name(subject)
+               .issuer_name(cert_ca.subject)
+               .public_key(key.public_key())
+               .serial_number(x509.random_serial_number())
+               .not_valid_before(start)
+               .not_valid_after(start + timedelta(days=days))
+               .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+               .add_extension(x509.KeyUsage(digital_signature=True, content_commitment=False,
+                                            key_encipherment=True, data_encipherment=False,
+                                            key_agreement=False, key_cert_sign=False, crl_sign=False,
+                                            encipher_only=False, decipher_only=False), critical=True)
+               .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
+               .add_extension(x509.SubjectAlternativeName(sans), critical=False)
+               .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
+               .add_extension(_authority_key_id(cert_ca, key_ca), critical=False))
+    try:
+        cert = builder.sign(key_ca, _digest(key_ca), default_backend())
+    except (ValueError, TypeError, UnsupportedAlgorithm):
+        raise CAError(f"the fleet CA's key ({type(key_ca).__name__}) cannot sign certificates here; "
+                      f"{_NEW_CA}", file=ca_key) from None
+    _write(gen / "server.key", _key_pem(key), 0o600)
+    _write(gen / "server.crt", _cert_pem(cert), 0o644)
+    _write(gen / "server.names", ("\n".join(wanted) + "\n").encode(), 0o644)
 
 
 @dataclass(frozen=True)
@@ -180,37 +396,16 @@ def _adopt_plain_files(tls_dir: Path) -> None:
             _relink(tls_dir / n, f"live/{n}")
 
 
-def _issue(gen: Path, ca_key: Path, ca_crt: Path, names: List[str], days: int, report: Path) -> None:
-    """Write server.key, server.csr's certificate server.crt and server.names into ``gen``."""
-    ext = gen / "ext.cnf"
-    ext.write_text(
-        "basicConstraints=critical,CA:FALSE\n"
-        "keyUsage=critical,digitalSignature,keyEncipherment\n"
-        "extendedKeyUsage=serverAuth\n"
-        f"subjectAltName={','.join(_san_entries(sorted(set(names))))}\n")
-    old = os.umask(0o077)
-    try:
-        _openssl(["req", "-new", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
-                  "-nodes", "-keyout", str(gen / "server.key"), "-out", str(gen / "server.csr"),
-                  "-subj", f"/CN={names[0]}"], "create the server key", report)
-        _openssl(["x509", "-req", "-in", str(gen / "server.csr"), "-CA", str(ca_crt),
-                  "-CAkey", str(ca_key), "-set_serial", str(int.from_bytes(os.urandom(8), "big")),
-                  "-days", str(days), "-extfile", str(ext), "-out", str(gen / "server.crt")],
-                 "sign the server certificate", report)
-    finally:
-        os.umask(old)
-    ext.unlink()
-    (gen / "server.csr").unlink()
-    os.chmod(gen / "server.key", 0o600)
-    os.chmod(gen / "server.crt", 0o644)
-    (gen / "server.names").write_text("\n".join(sorted(set(names))) + "\n")
-
-
 def _prune(certs: Path, keep: List[str]) -> None:
     """Remove generation directories other than ``keep`` (the live one and the one before)."""
     for d in certs.iterdir():
         if d.name not in keep and d.is_dir() and not d.is_symlink():
             shutil.rmtree(d, ignore_errors=True)
+
+
+def _ca_days_left(ca_crt: Path, now: datetime) -> Tuple[datetime, int]:
+    end = _cert_not_after(_load_ca_cert(ca_crt))
+    return end, int((end - now).total_seconds() // 86400)
 
 
 def ensure_server_cert(tls_dir: Path, ca_key: Path, ca_crt: Path, names: List[str], days: int,
@@ -222,7 +417,11 @@ def ensure_server_cert(tls_dir: Path, ca_key: Path, ca_crt: Path, names: List[st
     The certificate never outlives the CA: ``days`` is cut to the CA's remaining life.
 
     Raises:
-        FleetError: the CA has expired (the fix: a new CA, see docs/fleet.md), or openssl failed.
+        CAExpired: the CA has expired (the fix: a new CA, see docs/fleet.md).
+        CAError: the CA's key or certificate is missing, unreadable or they do not match.
+        NameRefused: a name cannot go into a certificate.
+        FleetError: the certificate in force is unreadable, a file cannot be written, or
+            python3-cryptography is missing; each naming the file.
     """
     now = now or datetime.now(timezone.utc)
     key, crt, sans = tls_dir / "server.key", tls_dir / "server.crt", tls_dir / "server.names"
@@ -233,16 +432,18 @@ def ensure_server_cert(tls_dir: Path, ca_key: Path, ca_crt: Path, names: List[st
             reason = "new"
         elif not sans.exists() or sans.read_text() != wanted:
             reason = "names changed"
-        elif not _valid_for(crt, RENEW_BEFORE_S):
-            reason = f"expires on {not_after(crt):%Y-%m-%d}"
+        else:
+            try:
+                if not _valid_for(crt, RENEW_BEFORE_S, now):
+                    reason = f"expires on {not_after(crt):%Y-%m-%d}"
+            except FleetError as e:
+                raise FleetError(f"{e.reason}; `fleet renew-cert --force` issues a new one", file=e.file) from None
     if not reason:
         return ServerCert(key, crt, False, "", not_after(crt))
-    ca_end = not_after(ca_crt)
-    ca_left_days = int((ca_end - now).total_seconds() // 86400)
+    ca_end, ca_left_days = _ca_days_left(ca_crt, now)
     if ca_left_days < 1:
         raise CAExpired(f"the fleet CA expired on {ca_end:%Y-%m-%d} (or expires within a day): no "
-                         "server certificate can be issued from it; make a new CA (docs/fleet.md, "
-                         "\"A new CA\") and give every robot the new ca.crt", file=ca_crt)
+                        f"server certificate can be issued from it; {_NEW_CA}", file=ca_crt)
     tls_dir.mkdir(parents=True, exist_ok=True)
     _adopt_plain_files(tls_dir)
     certs = tls_dir / "certs"
@@ -271,18 +472,19 @@ def ensure_derper_cert(tls_dir: Path, ca_key: Path, ca_crt: Path, names: List[st
     run stopped half-way is re-issued by the next one (the key and certificate always match).
 
     Raises:
-        FleetError: the CA has expired, or openssl failed.
+        CAExpired, CAError, NameRefused, FleetError: as :func:`ensure_server_cert`.
     """
     stem = f"derp-{host}"
     key, crt, sans = tls_dir / f"{stem}.key", tls_dir / f"{stem}.crt", tls_dir / f"{stem}.names"
     wanted = "\n".join(sorted(set(names))) + "\n"
+    now = datetime.now(timezone.utc)
     if (key.exists() and crt.exists() and sans.exists() and sans.read_text() == wanted
-            and _valid_for(crt, RENEW_BEFORE_S)):
+            and _valid_for(crt, RENEW_BEFORE_S, now)):
         return key, crt
-    ca_left_days = int((not_after(ca_crt) - datetime.now(timezone.utc)).total_seconds() // 86400)
+    _, ca_left_days = _ca_days_left(ca_crt, now)
     if ca_left_days < 1:
         raise CAExpired(f"the fleet CA expires within a day: no derper certificate for {host} can be "
-                        "issued from it; make a new CA (docs/fleet.md, \"A new CA\")", file=ca_crt)
+                        f"issued from it; {_NEW_CA}", file=ca_crt)
     tmp = Path(tempfile.mkdtemp(prefix=f".{stem}-", dir=tls_dir))
     try:
         _issue(tmp, ca_key, ca_crt, names, min(days, ca_left_days), crt)
@@ -346,27 +548,26 @@ def certificate_notices(certs: List[Tuple[Path, str, int, str]],
 
 def check_tls_files(fleet: FleetConfig) -> None:
     """With ``server.tls.generate: false``: the cert, key and CA files exist, are readable and
-    are what their key says (openssl parses them, the key matches the certificate).
+    are what their key says (PEM certificates, an unencrypted PEM private key that belongs to
+    the certificate).
 
     Raises:
-        ConfigError: naming the fleet file and ``server.tls.cert|key|ca``.
+        ConfigError: naming the fleet file and ``server.tls.cert|key|ca``; never quoting a key.
+        FleetError: python3-cryptography is missing.
     """
     t = fleet.server.tls
     if urlsplit(fleet.server.url).scheme != "https" or t.generate:
         return
     r = Reader(fleet.path)
-    checks = (("cert", t.cert, ["x509", "-noout", "-pubkey", "-in"], "a PEM certificate"),
-              ("key", t.key, ["pkey", "-pubout", "-passin", "pass:", "-in"], "an unencrypted PEM private key"),
-              ("ca", t.ca, ["x509", "-noout", "-in"], "a PEM certificate"))
-    pubkeys: Dict[str, str] = {}
-    for what, path, args, kind in checks:
+    loaded: Dict[str, Any] = {}
+    for what, path in (("cert", t.cert), ("key", t.key), ("ca", t.ca)):
         if path is None:
             continue
         r.existing_file(path, f"server.tls.{what}")
+        require_cryptography(fleet.path)
         try:
-            out = _openssl([*args, str(path)], f"read server.tls.{what}", path)
+            loaded[what] = load_private_key(path, str(path)) if what == "key" else load_certificate(path, str(path))
         except FleetError as e:
-            raise r.error(f"server.tls.{what}", f"{path} is not {kind}: {e.reason}") from None
-        pubkeys[what] = out
-    if "cert" in pubkeys and "key" in pubkeys and pubkeys["cert"].strip() != pubkeys["key"].strip():
+            raise r.error(f"server.tls.{what}", e.reason) from None
+    if "cert" in loaded and "key" in loaded and _public_der(loaded["cert"]) != _public_der(loaded["key"]):
         raise r.error("server.tls.key", f"{t.key} does not belong to the certificate {t.cert}")
