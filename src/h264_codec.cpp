@@ -695,10 +695,11 @@ bool H264Encoder::encode(const uint8_t* data, size_t size, int step, const std::
 
 namespace
 {
-/// Bytes allocated past a decoded picture: libswscale's vector code writes whole vector widths, up
-/// to a few dozen bytes past the last pixel of a row (seen: 8 bytes at 648 pixels wide, more at
-/// 2); the output buffer is allocated this much larger, then its size set to the picture's.
+/// Bytes allocated past a converted picture: libswscale's vector code writes whole vector widths,
+/// up to a few dozen bytes past the last pixel of a row (seen: 8 bytes at 648 pixels wide).
 const size_t kSwsPadding = 1024;
+/// Row alignment libswscale gets for its output (its widest vector: AVX-512)
+const int kSwsAlign = 64;
 }  // namespace
 
 struct H264Decoder::Impl
@@ -711,6 +712,7 @@ struct H264Decoder::Impl
   AVPacket* pkt = nullptr;
   AVFrame* frame = nullptr;
   SwsContext* sws = nullptr;
+  std::vector<uint8_t> scratch;  ///< libswscale's aligned output when the Image rows are not aligned
   std::string open_error;
   DecodeStatus status = DecodeStatus::kWaitingForKeyframe;
   DecodeCounts counts;
@@ -1004,15 +1006,29 @@ bool H264Decoder::decode(const uint8_t* data, size_t size, Frame* out, std::stri
   out->height = h;
   out->encoding = m.encoding;
   out->step = w * m.out_bpp;
-  const size_t bytes = static_cast<size_t>(out->step) * static_cast<size_t>(h);
-  // libswscale may write past the last pixel (kSwsPadding): room first, then the picture's size
-  // (shrinking a vector keeps its buffer: nothing is copied)
-  out->data.resize(bytes + kSwsPadding);
   out->keyframe = idr;
-  uint8_t* dst[4] = { out->data.data(), nullptr, nullptr, nullptr };
-  const int dst_stride[4] = { out->step, 0, 0, 0 };
+  const size_t bytes = static_cast<size_t>(out->step) * static_cast<size_t>(h);
+  // libswscale converts line pairs in vector-wide chunks: a row whose length is not a multiple of
+  // the vector width gets its tail written past its end, over the next row it already wrote (a
+  // broken picture at widths 34-38, 50-54, ...) and, on the last row, past the buffer (a corrupt
+  // heap at 648). So it writes rows kSwsAlign-aligned, into padding; rows then move to the tight
+  // Image layout. Widths whose rows are already aligned (640 x 3) are written in place.
+  const int aligned = (out->step + kSwsAlign - 1) / kSwsAlign * kSwsAlign;
+  const bool in_place = aligned == out->step;
+  std::vector<uint8_t>& target = in_place ? out->data : m.scratch;
+  target.resize(static_cast<size_t>(aligned) * static_cast<size_t>(h) + kSwsPadding);
+  uint8_t* dst[4] = { target.data(), nullptr, nullptr, nullptr };
+  const int dst_stride[4] = { aligned, 0, 0, 0 };
   sws_scale(m.sws, m.frame->data, m.frame->linesize, 0, h, dst, dst_stride);
-  out->data.resize(bytes);
+  if (in_place)
+    out->data.resize(bytes);  // shrinking keeps the buffer: nothing copied
+  else
+  {
+    out->data.resize(bytes);
+    for (int row = 0; row < h; ++row)
+      std::memcpy(out->data.data() + static_cast<size_t>(row) * out->step,
+                  m.scratch.data() + static_cast<size_t>(row) * aligned, static_cast<size_t>(out->step));
+  }
   av_frame_unref(m.frame);
   m.status = DecodeStatus::kFrame;
   ++m.counts.frames;

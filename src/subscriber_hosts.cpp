@@ -1,6 +1,8 @@
 // Subscriber machine and path helpers (see subscriber_hosts.h).
 #include "overlay_manager/subscriber_hosts.h"
 
+#include "overlay_manager/stream_policy.h"  // paths::k*
+
 #include <arpa/inet.h>
 
 #include <algorithm>
@@ -47,15 +49,6 @@ std::string selfName(const std::string& own_host, const PeerList* peers)
   return isAddress(h) ? h : firstLabel(h);
 }
 
-const Peer* peerNamed(const std::string& name, const PeerList* peers)
-{
-  if (!peers || name.empty() || name.find('.') != std::string::npos || isAddress(name))
-    return nullptr;
-  for (const Peer& p : peers->peers)
-    if (normaliseHost(p.name) == name)
-      return &p;
-  return nullptr;
-}
 }  // namespace
 
 std::string normaliseHost(const std::string& host)
@@ -159,8 +152,32 @@ std::string pathOfHost(const std::string& host, const std::string& own_host, con
     return isLoopback(host) ? Peer::PATH_SELF : Peer::PATH_UNKNOWN;
   if (m == selfName(own_host, peers))
     return Peer::PATH_SELF;
-  const Peer* p = peerNamed(normaliseHost(m), peers);
-  return p && !p->path.empty() ? p->path : Peer::PATH_UNKNOWN;
+  // ~peers that tailscaled could not refresh says nothing about the paths now
+  if (peers->stale)
+    return Peer::PATH_UNKNOWN;
+  // one path word per machine: peers of the same name that disagree (two nodes enrolled with one
+  // host name) are unknown, never the first one's path
+  std::string path;
+  const std::string name = normaliseHost(m);
+  for (const Peer& p : peers->peers)
+    if (normaliseHost(p.name) == name)
+    {
+      const std::string word = knownPathWord(p.path);
+      if (!path.empty() && word != path)
+        return Peer::PATH_UNKNOWN;
+      path = word;
+    }
+  return path.empty() ? Peer::PATH_UNKNOWN : path;
+}
+
+std::string knownPathWord(const std::string& word)
+{
+  static const char* const words[] = { paths::kDirect, paths::kPeerRelay, paths::kDerp, paths::kIdle,
+                                       paths::kOffline, paths::kUnknown, paths::kSelf };
+  for (const char* w : words)
+    if (word == w)
+      return word;
+  return Peer::PATH_UNKNOWN;  // "DERP", "", 10 kB of anything: not a word of Peer.msg
 }
 
 std::string shortName(const std::string& host, const std::string& own_host, const PeerList* peers,

@@ -51,7 +51,11 @@ std::string machineOf(const std::string& host, const std::string& own_host, cons
                       const HostAliases& aliases = HostAliases());
 
 /// Path to the machine `host` refers to: Peer::PATH_SELF for this machine; the peer's Peer.path
-/// (PATH_UNKNOWN when empty); PATH_UNKNOWN for other hosts (also for "").
+/// (PATH_UNKNOWN when it is not one of Peer.msg's words, when peers of that name disagree, or when
+/// the PeerList is stale); PATH_UNKNOWN for other hosts (also for "").
+/// `word` when it is one of Peer.msg's path words (exactly), else Peer::PATH_UNKNOWN.
+std::string knownPathWord(const std::string& word);
+
 std::string pathOfHost(const std::string& host, const std::string& own_host, const PeerList* peers,
                        const HostAliases& aliases = HostAliases());
 

@@ -9,16 +9,22 @@
 #include <opencv2/videoio.hpp>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
+#include <cstdlib>
+#include <sstream>
 #include <string>
 #include <vector>
 
 using overlay_manager::DecodeStatus;
+using overlay_manager::FrameCounter;
 using overlay_manager::Frame;
 using overlay_manager::H264Decoder;
 using overlay_manager::H264Encoder;
 using overlay_manager::H264Params;
 using overlay_manager::Packet;
+using overlay_manager::ImageLimits;
+using overlay_manager::h264FrameCounter;
 using overlay_manager::h264NalTypes;
 
 namespace
@@ -525,6 +531,398 @@ TEST(H264Decoder, RequestedKeyframeLetsALateJoinerStartAtOnce)
     if (i >= 12)
       EXPECT_EQ(late.decode(p.data.data(), p.data.size(), &f, &err), i >= 17) << "frame " << i << ": " << err;
   }
+}
+
+// ---- issue-class regressions: valid streams of any size, lying frames, smeared pictures, hostile messages
+
+namespace
+{
+/// Widths to sweep: $OVERLAY_TEST_WIDTHS ("2,4,648" or "all" = 2..1920 step 2), else a set that
+/// covers every width % 16 and the sizes seen to overflow libswscale's output before.
+std::vector<int> sweepWidths()
+{
+  const char* env = std::getenv("OVERLAY_TEST_WIDTHS");
+  std::vector<int> widths;
+  const std::string spec = env ? env : "";
+  if (spec == "all")
+  {
+    for (int w = 2; w <= 1920; w += 2)
+      widths.push_back(w);
+    return widths;
+  }
+  if (!spec.empty())
+  {
+    std::stringstream in(spec);
+    std::string item;
+    while (std::getline(in, item, ','))
+      widths.push_back(std::atoi(item.c_str()));
+    return widths;
+  }
+  for (int w = 2; w <= 64; w += 2)
+    widths.push_back(w);
+  for (int w : { 328, 330, 640, 642, 644, 646, 648, 650, 652, 654, 656, 658, 800, 808, 1032, 1280, 1288, 1366,
+                 1624, 1920 })
+    widths.push_back(w);
+  return widths;
+}
+
+/// A picture of the real scene (or the synthetic one without it) at w x h.
+cv::Mat sceneAt(int w, int h, size_t frame)
+{
+  const cv::Mat& src = realScene().size() > frame ? realScene()[frame] : syntheticScene(1)[0];
+  cv::Mat out;
+  cv::resize(src, out, cv::Size(w, h), 0, 0, cv::INTER_AREA);
+  return out;
+}
+
+/// Minimal H.264 bit writer for hand-made parameter sets.
+struct BitWriter
+{
+  std::vector<uint8_t> bytes;
+  int used = 8;
+  void bit(int b)
+  {
+    if (used == 8)
+    {
+      bytes.push_back(0);
+      used = 0;
+    }
+    bytes.back() |= static_cast<uint8_t>((b & 1) << (7 - used++));
+  }
+  void bits(uint32_t v, int n)
+  {
+    for (int k = n - 1; k >= 0; --k)
+      bit(static_cast<int>((v >> k) & 1));
+  }
+  void ue(uint32_t v)
+  {
+    const uint64_t x = static_cast<uint64_t>(v) + 1;
+    int len = 0;
+    while ((x >> len) > 1)
+      ++len;
+    bits(0, len);
+    for (int k = len; k >= 0; --k)
+      bit(static_cast<int>((x >> k) & 1));
+  }
+  /// rbsp_trailing_bits, then a NAL unit with a start code and emulation prevention
+  std::vector<uint8_t> nal(uint8_t header)
+  {
+    bit(1);
+    used = 8;
+    std::vector<uint8_t> out = { 0, 0, 0, 1, header };
+    int zeros = 0;
+    for (uint8_t b : bytes)
+    {
+      if (zeros >= 2 && b <= 3)
+      {
+        out.push_back(3);
+        zeros = 0;
+      }
+      out.push_back(b);
+      zeros = b == 0 ? zeros + 1 : 0;
+    }
+    return out;
+  }
+};
+
+/// A baseline SPS (id 0) claiming width_mbs x height_mbs macroblocks.
+std::vector<uint8_t> hugeSps(uint32_t width_mbs, uint32_t height_mbs)
+{
+  BitWriter w;
+  w.bits(66, 8);  // baseline
+  w.bits(0, 8);
+  w.bits(51, 8);  // level 5.1
+  w.ue(0);        // sps id
+  w.ue(0);        // log2_max_frame_num_minus4
+  w.ue(2);        // pic_order_cnt_type
+  w.ue(1);        // max_num_ref_frames
+  w.bit(0);       // gaps
+  w.ue(width_mbs - 1);
+  w.ue(height_mbs - 1);
+  w.bit(1);  // frame_mbs_only
+  w.bit(1);  // direct_8x8_inference
+  w.bit(0);  // cropping
+  w.bit(0);  // vui
+  return w.nal(0x67);
+}
+
+struct DecodeRun
+{
+  int shown = 0;
+  int refused = 0;
+};
+
+/// Feeds `order` (indices into pkts) and checks every picture shown is exactly the uninterrupted
+/// decode's picture of that index: a smeared picture fails here.
+DecodeRun feed(H264Decoder& dec, const std::vector<Packet>& pkts, const std::vector<cv::Mat>& reference,
+               const std::vector<size_t>& order)
+{
+  DecodeRun run;
+  std::string err;
+  for (size_t i : order)
+  {
+    Frame f;
+    if (dec.decode(pkts[i].data.data(), pkts[i].data.size(), &f, &err))
+    {
+      ++run.shown;
+      EXPECT_EQ(cv::norm(asMat(f), reference[i], cv::NORM_INF), 0.0) << "picture of frame " << i << " is smeared";
+    }
+    else
+      ++run.refused;
+  }
+  return run;
+}
+
+std::vector<size_t> range(size_t from, size_t to)
+{
+  std::vector<size_t> v;
+  for (size_t i = from; i < to; ++i)
+    v.push_back(i);
+  return v;
+}
+
+std::vector<size_t> concat(std::vector<size_t> a, const std::vector<size_t>& b)
+{
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+}  // namespace
+
+TEST(H264Widths, ValidStreamsOfEveryWidthDecodeWithoutOverflow)
+{
+  // libswscale writes past the last pixel of a row at some widths (648: 8 bytes); into an
+  // exact-size Image buffer that corrupted the viewer's heap (malloc aborts; valgrind shows it)
+  const std::vector<int> heights = { 2, 90, 480 };
+  int streams = 0;
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int w : sweepWidths())
+    for (int h : heights)
+    {
+      H264Params p;
+      p.width = w;
+      p.height = h;
+      p.bitrate_kbps = 2000;
+      p.crf = 20;
+      H264Encoder enc;
+      std::string err;
+      ASSERT_TRUE(enc.open(p, &err)) << w << "x" << h << ": " << err;
+      for (const char* encoding : { "bgr8", "rgb8", "mono8" })
+      {
+        H264Decoder dec(encoding);
+        for (size_t k = 0; k < 2; ++k)
+        {
+          const cv::Mat bgr = sceneAt(w, h, 40 + k);
+          Packet pkt;
+          ASSERT_TRUE(enc.encode(bgr.data, bgr.step * bgr.rows, static_cast<int>(bgr.step), "bgr8",
+                                 static_cast<int64_t>(k), &pkt, &err))
+              << w << "x" << h << ": " << err;
+          Frame f;
+          ASSERT_TRUE(dec.decode(pkt.data.data(), pkt.data.size(), &f, &err)) << w << "x" << h << " " << encoding << ": " << err;
+          const int bpp = std::string(encoding) == "mono8" ? 1 : 3;
+          ASSERT_EQ(f.width, w);
+          ASSERT_EQ(f.height, h);
+          ASSERT_EQ(f.step, w * bpp);
+          ASSERT_EQ(f.data.size(), static_cast<size_t>(w) * h * bpp) << "the Image holds exactly its pixels";
+          if (w >= 32 && h >= 32 && bpp == 3)
+          {
+            cv::Mat got = asMat(f);
+            if (std::string(encoding) == "rgb8")
+              cv::cvtColor(got, got, cv::COLOR_RGB2BGR);
+            EXPECT_GT(cv::PSNR(got, bgr), 25.0) << w << "x" << h << " " << encoding << " frame " << k;
+          }
+        }
+        enc.requestKeyframe();  // the next decoder starts at a keyframe
+      }
+      ++streams;
+    }
+  std::printf("[ measured ] %d streams (%zu widths x %zu heights x 3 output encodings) decoded in %.1f s\n", streams,
+              sweepWidths().size(), heights.size(),
+              std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+}
+
+TEST(H264Encoder, FramesThatLieAboutTheirSizeAreRefusedNotRead)
+{
+  H264Encoder enc;
+  std::string err;
+  Packet pkt;
+  // 1920x1080 bgr8 with 100 bytes of data: crashed the driver hosting the plugin (cvtColor read past)
+  const std::vector<uint8_t> small(100, 7);
+  EXPECT_FALSE(enc.encode(small.data(), small.size(), 1920, 1080, 1920 * 3, "bgr8", 0, &pkt, &err));
+  EXPECT_NE(err.find("data holds 100 bytes"), std::string::npos) << err;
+  EXPECT_TRUE(pkt.data.empty());
+  // one byte short of step x height
+  const std::vector<uint8_t> almost(64 * 3 * 48 - 1, 7);
+  EXPECT_FALSE(enc.encode(almost.data(), almost.size(), 64, 48, 64 * 3, "rgb8", 0, &pkt, &err));
+  EXPECT_NE(err.find("less than step"), std::string::npos) << err;
+  // a step shorter than a row, and a zero step
+  const std::vector<uint8_t> full(64 * 4 * 48, 7);
+  EXPECT_FALSE(enc.encode(full.data(), full.size(), 64, 48, 64 * 3, "bgra8", 0, &pkt, &err));
+  EXPECT_NE(err.find("step 192 is less than width 64 x 4"), std::string::npos) << err;
+  EXPECT_FALSE(enc.encode(full.data(), full.size(), 64, 48, 0, "mono8", 0, &pkt, &err));
+  EXPECT_NE(err.find("step 0"), std::string::npos) << err;
+  // a picture over the limits is refused before the encoder allocates for it
+  EXPECT_FALSE(enc.encode(full.data(), full.size(), 16000, 16000, 48000, "bgr8", 0, &pkt, &err));
+  EXPECT_NE(err.find("max_width"), std::string::npos) << err;
+  // and the next honest frame goes through
+  const cv::Mat ok = sceneAt(64, 48, 0);
+  EXPECT_TRUE(enc.encode(ok.data, ok.step * ok.rows, 64, 48, static_cast<int>(ok.step), "bgr8", 1, &pkt, &err)) << err;
+}
+
+TEST(H264Encoder, EveryPacketCarriesTheFrameCounter)
+{
+  REQUIRE_REAL_SCENE();
+  const std::vector<Packet> pkts = encodeAll(std::vector<cv::Mat>(realScene().begin(), realScene().begin() + 40),
+                                             params640());
+  FrameCounter first;
+  ASSERT_TRUE(h264FrameCounter(pkts[0].data.data(), pkts[0].data.size(), &first));
+  for (size_t i = 0; i < pkts.size(); ++i)
+  {
+    FrameCounter c;
+    ASSERT_TRUE(h264FrameCounter(pkts[i].data.data(), pkts[i].data.size(), &c)) << "frame " << i;
+    EXPECT_EQ(c.stream_id, first.stream_id);
+    EXPECT_EQ(c.frame, i);
+    // the SEI comes before the picture's slice, after the parameter sets
+    const std::vector<int> t = h264NalTypes(pkts[i].data.data(), pkts[i].data.size());
+    const auto sei = std::find(t.begin(), t.end(), 6);
+    const auto vcl = std::find_if(t.begin(), t.end(), [](int x) { return x == 1 || x == 5; });
+    EXPECT_TRUE(sei < vcl) << "frame " << i;
+  }
+  H264Params plain = params640();
+  plain.frame_counter = false;
+  const std::vector<Packet> without = encodeAll(std::vector<cv::Mat>(realScene().begin(), realScene().begin() + 2), plain);
+  FrameCounter c;
+  EXPECT_FALSE(h264FrameCounter(without[1].data.data(), without[1].data.size(), &c));
+}
+
+TEST(H264Decoder, DuplicatedFrameIsDroppedAndTheStreamGoesOn)
+{
+  REQUIRE_REAL_SCENE();
+  const std::vector<Packet> pkts = encodeAll(std::vector<cv::Mat>(realScene().begin(), realScene().begin() + 60),
+                                             params640());
+  const std::vector<cv::Mat> reference = decodeAllFrames(pkts);
+  H264Decoder dec;
+  // P frame 12 twice, IDR 30 twice
+  const DecodeRun run = feed(dec, pkts, reference, concat(concat(range(0, 13), { 12 }), concat(range(13, 31), range(30, 60))));
+  EXPECT_EQ(run.shown, 60);
+  EXPECT_EQ(dec.counts().duplicates, 2u);
+  EXPECT_EQ(dec.counts().missing_reference, 0u);
+}
+
+TEST(H264Decoder, MissingExactlyOneGopIsNoticed)
+{
+  REQUIRE_REAL_SCENE();
+  // frame_num repeats every GOP: frame 40 follows frame 9 as frame_num 10 follows 9
+  const std::vector<Packet> pkts = encodeAll(std::vector<cv::Mat>(realScene().begin(), realScene().begin() + 90),
+                                             params640());
+  const std::vector<cv::Mat> reference = decodeAllFrames(pkts);
+  H264Decoder dec;
+  const DecodeRun run = feed(dec, pkts, reference, concat(range(0, 10), range(40, 90)));
+  EXPECT_EQ(run.shown, 10 + 30) << "frames 40..59 must wait for the keyframe at 60";
+  EXPECT_EQ(dec.counts().missing_reference, 1u);
+  EXPECT_EQ(dec.counts().waiting, 19u);
+}
+
+TEST(H264Decoder, BurstLostAcrossAKeyframeIsNoticed)
+{
+  REQUIRE_REAL_SCENE();
+  const std::vector<Packet> pkts = encodeAll(std::vector<cv::Mat>(realScene().begin(), realScene().begin() + 90),
+                                             params640());
+  const std::vector<cv::Mat> reference = decodeAllFrames(pkts);
+  H264Decoder dec;
+  const DecodeRun run = feed(dec, pkts, reference, concat(range(0, 25), range(35, 90)));
+  EXPECT_EQ(run.shown, 25 + 30);
+}
+
+TEST(H264Decoder, WithoutTheCounterARepeatedFrameNumIsALoss)
+{
+  REQUIRE_REAL_SCENE();
+  H264Params p = params640();
+  p.frame_counter = false;  // another encoder's stream: frame_num is all there is
+  const std::vector<Packet> pkts = encodeAll(std::vector<cv::Mat>(realScene().begin(), realScene().begin() + 60), p);
+  const std::vector<cv::Mat> reference = decodeAllFrames(pkts);
+  H264Decoder dec;
+  const DecodeRun run = feed(dec, pkts, reference, concat(concat(range(0, 13), { 12 }), range(13, 60)));
+  EXPECT_EQ(run.shown, 13 + 30);
+  EXPECT_EQ(dec.counts().missing_reference, 1u);
+}
+
+TEST(H264Decoder, AnotherStreamWithoutAKeyframeIsALoss)
+{
+  REQUIRE_REAL_SCENE();
+  const std::vector<cv::Mat> scene(realScene().begin(), realScene().begin() + 20);
+  const std::vector<Packet> a = encodeAll(scene, params640()), b = encodeAll(scene, params640());
+  H264Decoder dec;
+  Frame f;
+  std::string err;
+  for (size_t i = 0; i < 5; ++i)
+    ASSERT_TRUE(dec.decode(a[i].data.data(), a[i].data.size(), &f, &err)) << err;
+  // a restarted publisher's P frame 5 (same frame number, another stream)
+  EXPECT_FALSE(dec.decode(b[5].data.data(), b[5].data.size(), &f, &err));
+  EXPECT_EQ(dec.status(), DecodeStatus::kMissingReference) << err;
+  EXPECT_TRUE(dec.decode(b[0].data.data(), b[0].data.size(), &f, &err)) << "its keyframe starts it: " << err;
+}
+
+TEST(H264Decoder, HostileMessagesAreRefusedCheaply)
+{
+  REQUIRE_REAL_SCENE();
+  const std::vector<Packet> pkts = encodeAll(std::vector<cv::Mat>(realScene().begin(), realScene().begin() + 2),
+                                             params640());
+  Frame f;
+  std::string err;
+  const auto t0 = std::chrono::steady_clock::now();
+  {
+    // 8 MB of filler NAL units (type 12): 2 million NAL units took a viewer to 2.6 GB
+    std::vector<uint8_t> filler;
+    for (int i = 0; i < 2000000; ++i)
+      filler.insert(filler.end(), { 0, 0, 1, 0x0c });
+    H264Decoder dec;
+    EXPECT_FALSE(dec.decode(filler.data(), filler.size(), &f, &err));
+    EXPECT_EQ(dec.status(), DecodeStatus::kRefused);
+    EXPECT_NE(err.find("max_nal_units 1024"), std::string::npos) << err;
+  }
+  {
+    ImageLimits l;
+    l.max_message_bytes = 1000;
+    H264Decoder dec("bgr8", l);
+    EXPECT_FALSE(dec.decode(pkts[0].data.data(), pkts[0].data.size(), &f, &err));
+    EXPECT_EQ(dec.status(), DecodeStatus::kRefused);
+    EXPECT_NE(err.find("max_message_bytes 1000 (parameter ~max_message_bytes)"), std::string::npos) << err;
+  }
+  {
+    // an SPS claiming 16000x16000 in front of a real picture
+    std::vector<uint8_t> msg = hugeSps(1000, 1000);
+    msg.insert(msg.end(), pkts[0].data.begin(), pkts[0].data.end());
+    H264Decoder dec;
+    EXPECT_FALSE(dec.decode(msg.data(), msg.size(), &f, &err));
+    EXPECT_EQ(dec.status(), DecodeStatus::kRefused);
+    EXPECT_NE(err.find("picture 16000x16000 exceeds max_width 8192 (parameter ~max_width)"), std::string::npos) << err;
+    // 8K fits the sides but not the default pixel count
+    msg = hugeSps(480, 270);
+    msg.insert(msg.end(), pkts[0].data.begin(), pkts[0].data.end());
+    EXPECT_FALSE(dec.decode(msg.data(), msg.size(), &f, &err));
+    EXPECT_NE(err.find("exceeds max_pixels"), std::string::npos) << err;
+    // the honest stream still decodes afterwards
+    EXPECT_TRUE(dec.decode(pkts[0].data.data(), pkts[0].data.size(), &f, &err)) << err;
+  }
+  {
+    // a limit below the stream's own size: refused by the SPS check, before libavcodec allocates
+    ImageLimits l;
+    l.max_pixels = 320 * 240;
+    H264Decoder dec("bgr8", l);
+    EXPECT_FALSE(dec.decode(pkts[0].data.data(), pkts[0].data.size(), &f, &err));
+    EXPECT_NE(err.find("picture 640x480 (307200 pixels) exceeds max_pixels 76800"), std::string::npos) << err;
+  }
+  {
+    // two pictures in one message
+    std::vector<uint8_t> two = pkts[0].data;
+    two.insert(two.end(), pkts[1].data.begin(), pkts[1].data.end());
+    H264Decoder dec;
+    EXPECT_FALSE(dec.decode(two.data(), two.size(), &f, &err));
+    EXPECT_EQ(dec.status(), DecodeStatus::kError);
+    EXPECT_NE(err.find("2 pictures in one message"), std::string::npos) << err;
+  }
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::printf("[ measured ] hostile messages refused in %.3f s\n", s);
 }
 
 int main(int argc, char** argv)

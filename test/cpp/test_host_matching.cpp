@@ -85,6 +85,59 @@ TEST(HostMatching, Normalisation)
   EXPECT_FALSE(overlay_manager::isAddress("alpha-robot1"));
 }
 
+// C++-only: what the link-aware stream does with ~peers it cannot trust (its budget follows the word)
+namespace
+{
+overlay_manager::Peer namedPeer(const std::string& name, const std::string& path)
+{
+  overlay_manager::Peer p;
+  p.name = name;
+  p.dns_name = name + ".fleet.internal";
+  p.path = path;
+  return p;
+}
+}  // namespace
+
+TEST(HostMatching, UnrecognisedPathWordIsUnknownNotUnbudgeted)
+{
+  overlay_manager::PeerList peers;
+  peers.self_peer = namedPeer("robot1", "self");
+  for (const std::string& word : { std::string("DERP"), std::string(""), std::string(10000, 'x'),
+                                   std::string("direct "), std::string("peer_relay") })
+  {
+    peers.peers = { namedPeer("laptop", word) };
+    EXPECT_EQ(overlay_manager::pathOfHost("laptop", "robot1", &peers), "unknown") << "word '" << word.substr(0, 20) << "'";
+  }
+  for (const std::string& word : { "direct", "peer-relay", "derp", "idle", "offline" })
+  {
+    peers.peers = { namedPeer("laptop", word) };
+    EXPECT_EQ(overlay_manager::pathOfHost("laptop", "robot1", &peers), word);
+  }
+}
+
+TEST(HostMatching, DuplicatePeerNamesThatDisagreeAreUnknown)
+{
+  overlay_manager::PeerList peers;
+  peers.self_peer = namedPeer("robot1", "self");
+  peers.peers = { namedPeer("laptop", "direct"), namedPeer("laptop", "derp") };
+  EXPECT_EQ(overlay_manager::pathOfHost("laptop", "robot1", &peers), "unknown");
+  peers.peers = { namedPeer("laptop", "derp"), namedPeer("laptop", "direct") };
+  EXPECT_EQ(overlay_manager::pathOfHost("laptop", "robot1", &peers), "unknown");
+  peers.peers = { namedPeer("laptop", "derp"), namedPeer("Laptop", "derp") };
+  EXPECT_EQ(overlay_manager::pathOfHost("laptop", "robot1", &peers), "derp");
+}
+
+TEST(HostMatching, StalePeerListGivesUnknownPaths)
+{
+  overlay_manager::PeerList peers;
+  peers.self_peer = namedPeer("robot1", "self");
+  peers.peers = { namedPeer("laptop", "direct") };
+  EXPECT_EQ(overlay_manager::pathOfHost("laptop", "robot1", &peers), "direct");
+  peers.stale = true;
+  EXPECT_EQ(overlay_manager::pathOfHost("laptop", "robot1", &peers), "unknown");
+  EXPECT_EQ(overlay_manager::pathOfHost("robot1", "robot1", &peers), "self") << "this machine is still itself";
+}
+
 int main(int argc, char** argv)
 {
   testing::InitGoogleTest(&argc, argv);
