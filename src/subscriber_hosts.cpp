@@ -152,8 +152,8 @@ std::string pathOfHost(const std::string& host, const std::string& own_host, con
     return isLoopback(host) ? Peer::PATH_SELF : Peer::PATH_UNKNOWN;
   if (m == selfName(own_host, peers))
     return Peer::PATH_SELF;
-  // ~peers that tailscaled could not refresh says nothing about the paths now
-  if (peers->stale)
+  // no ~peers yet, or ~peers that tailscaled could not refresh: nothing known about the paths now
+  if (!peers || peers->stale)
     return Peer::PATH_UNKNOWN;
   // one path word per machine: peers of the same name that disagree (two nodes enrolled with one
   // host name) are unknown, never the first one's path

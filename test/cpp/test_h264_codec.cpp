@@ -723,12 +723,14 @@ TEST(H264Widths, ValidStreamsOfEveryWidthDecodeWithoutOverflow)
           ASSERT_EQ(f.height, h);
           ASSERT_EQ(f.step, w * bpp);
           ASSERT_EQ(f.data.size(), static_cast<size_t>(w) * h * bpp) << "the Image holds exactly its pixels";
-          if (w >= 32 && h >= 32 && bpp == 3)
+          if (w >= 16 && h >= 16 && bpp == 3)
           {
+            // in the codec's own domain (YUV 4:2:0): a broken row scores below 20 dB, the codec
+            // above 30 on every size of this scene
             cv::Mat got = asMat(f);
             if (std::string(encoding) == "rgb8")
               cv::cvtColor(got, got, cv::COLOR_RGB2BGR);
-            EXPECT_GT(cv::PSNR(got, bgr), 25.0) << w << "x" << h << " " << encoding << " frame " << k;
+            EXPECT_GT(yuvPsnr(got, bgr), 30.0) << w << "x" << h << " " << encoding << " frame " << k;
           }
         }
         enc.requestKeyframe();  // the next decoder starts at a keyframe
