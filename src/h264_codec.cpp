@@ -988,7 +988,11 @@ bool H264Decoder::decode(const uint8_t* data, size_t size, Frame* out, std::stri
     return m.lose(DecodeStatus::kRefused, error, (over.empty() ? "empty picture" : over) + "; waiting for keyframe");
   }
   const AVPixelFormat src_fmt = static_cast<AVPixelFormat>(m.frame->format);
-  m.sws = sws_getCachedContext(m.sws, w, h, src_fmt, w, h, m.out_fmt, SWS_BILINEAR, nullptr, nullptr, nullptr);
+  // libswscale's fast unscaled YUV -> RGB code converts whole blocks of 8/16 pixels and leaves the
+  // rest of a row unwritten (width 18: the last 2 columns black, garbage before); rows that are not
+  // a multiple of 16 go through its exact generic path (SWS_ACCURATE_RND) instead
+  const int flags = w % 16 == 0 ? SWS_BILINEAR : SWS_POINT | SWS_ACCURATE_RND;
+  m.sws = sws_getCachedContext(m.sws, w, h, src_fmt, w, h, m.out_fmt, flags, nullptr, nullptr, nullptr);
   if (!m.sws)
   {
     av_frame_unref(m.frame);

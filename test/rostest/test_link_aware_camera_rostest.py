@@ -27,9 +27,10 @@ def _devel_binary(name):
 
 
 @pytest.mark.skipif(not os.environ.get("CMAKE_PREFIX_PATH"), reason="no catkin devel space sourced (scripts/build)")
-@pytest.mark.parametrize("name", ["test_stream_policy", "test_host_matching"])
+@pytest.mark.parametrize("name", ["test_stream_policy", "test_host_matching", "test_image_rules"])
 def test_pure_gtest(name):
-    """The stream policy and subscriber_hosts (with test/data/host_matching_cases.yaml)."""
+    """The stream policy, subscriber_hosts (with test/data/host_matching_cases.yaml) and the
+    transports' encodings table, lying frames and JPEG/PNG checks (image_rules.h)."""
     binary = _devel_binary(name)
     assert binary, f"{name} not built: CMAKE_PREFIX_PATH has no devel space with overlay_manager's C++"
     proc = subprocess.run([binary], capture_output=True, text=True, timeout=60, check=False)
