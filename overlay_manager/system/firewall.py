@@ -31,6 +31,7 @@ import tempfile
 from dataclasses import dataclass
 from typing import Optional, Tuple
 
+from overlay_manager.core.commands import OVERLAY_ENV_AS_ROOT
 from overlay_manager.system import children
 
 TABLE = "inet overlay_manager"
@@ -42,8 +43,9 @@ NFT_TIMEOUT_S = 5.0
 """Seconds an nft call may take before it is killed."""
 _IFNAME = re.compile(r"^[A-Za-z0-9_.-]{1,15}$")  # IFNAMSIZ - 1 characters, no quotes or spaces
 
-# what `overlay_env` and the node print as the fix
-FIX = "sudo overlay_env --rosbridge-firewall {port} (installs the nftables table inet overlay_manager; docs/install.md)"
+# what `overlay_env` and the node print as the fix (the one root form of overlay_env: core/commands.py)
+FIX = (f"`{OVERLAY_ENV_AS_ROOT} --rosbridge-firewall {{port}}` "
+       "(installs the nftables table inet overlay_manager; docs/install.md)")
 
 
 class FirewallError(Exception):
@@ -103,7 +105,8 @@ def _nft_file(text: str, nft: str) -> None:
     if proc.returncode != 0:
         err = (proc.stderr or proc.stdout or "").strip().splitlines()
         why = err[0] if err else f"exit status {proc.returncode}"
-        hint = " (needs root: run it with sudo)" if "not permitted" in why.lower() else ""
+        hint = (f" (needs root: run it through sudo, `{OVERLAY_ENV_AS_ROOT} --rosbridge-firewall ...`)"
+                if "not permitted" in why.lower() else "")
         raise FirewallError(f"nft refused the rules: {why}{hint}")
 
 

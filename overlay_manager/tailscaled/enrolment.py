@@ -7,6 +7,7 @@ import time
 from dataclasses import dataclass
 from typing import Dict, Optional
 
+from overlay_manager.core.commands import overlay_env_as_root
 from overlay_manager.core.config import RobotConfig, require_config_file
 from overlay_manager.core.validation.errors import ConfigError
 from overlay_manager.tailscaled.localapi import (
@@ -133,10 +134,10 @@ def ensure_enrolled(api: LocalAPI, cfg: RobotConfig, wait_s: Optional[float] = N
                                f"(new node key; headscale answered a repeated registration with "
                                f"'authkey already used')")
         if exc.kind == ENROL_CERTIFICATE:
+            install_ca = overlay_env_as_root(f"--config {cfg.source} --install-ca")
             raise EnrolError(exc.cause, (
                 f"start tailscaled with SSL_CERT_FILE={cfg.ca_cert or '<fleet ca.crt>'} in its "
-                f"environment or install the CA with `sudo rosrun overlay_manager overlay_env --config "
-                f"{cfg.source} --install-ca`, then restart tailscaled"), exc.kind) from None
+                f"environment or install the CA with `{install_ca}`, then restart tailscaled"), exc.kind) from None
         if exc.kind == ENROL_KEY_REJECTED:
             raise EnrolError(exc.cause, up_failure_fix(exc.kind, request, cfg.auth_key_file, cfg.source),
                              exc.kind) from None

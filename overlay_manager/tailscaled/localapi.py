@@ -26,6 +26,7 @@ import urllib.parse
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional
 
+from overlay_manager.core.commands import overlay_env_as_root
 from overlay_manager.core.validation import redact  # the one redaction: the key itself and anything key-shaped
 from overlay_manager.system import children
 from overlay_manager.tailscaled.status_json import StatusDecoder
@@ -377,14 +378,14 @@ def up_failure_fix(kind: str, request: EnrolRequest, key_file: str = "", config:
     ``key_file`` and ``config``: the machine's auth-key file and robot config, named in the fix
     when known.
     """
-    config_opt = f" --config {config}" if config else ""
+    config_opt = f"--config {config}" if config else ""
     if kind == ENROL_KEY_REJECTED:
         return (f"on the fleet server run `fleet rotate {request.hostname}`, copy the new auth.key "
-                f"over {key_file or request.auth_key_file} (mode 0600), then run `sudo rosrun "
-                f"overlay_manager overlay_env{config_opt} --enrol --reauth` on this machine")
+                f"over {key_file or request.auth_key_file} (mode 0600), then run "
+                f"`{overlay_env_as_root(config_opt + ' --enrol --reauth')}` on this machine")
     if kind == ENROL_CERTIFICATE:
         return ("start tailscaled with SSL_CERT_FILE=<the bundle's ca.crt> in its environment or "
-                f"install the CA with `sudo rosrun overlay_manager overlay_env{config_opt} --install-ca`, "
+                f"install the CA with `{overlay_env_as_root(config_opt + ' --install-ca')}`, "
                 "then restart tailscaled")
     if kind == ENROL_UNREACHABLE:
         return (f"check that {request.login_server} answers from this machine (`curl -sSk "

@@ -23,8 +23,10 @@ ROOT = Path(__file__).resolve().parents[2]
 PYTHON = "/usr/bin/python3"  # the tools run under Debian's Python (ROS), also from the 3.8 unit run
 DOCS = [ROOT / "README.md"] + sorted((ROOT / "docs").glob("*.md"))
 
-# where a quoted command starts: `rosrun overlay_manager TOOL`, `scripts/TOOL`, `roslaunch overlay_manager X`
-_START = re.compile(r"(?:rosrun overlay_manager |(?<![\w/.-])scripts/|roslaunch overlay_manager )")
+# where a quoted command starts: `rosrun overlay_manager TOOL` (also as root: `rosrun --prefix "sudo env ..."
+# overlay_manager TOOL`), `scripts/TOOL`, `roslaunch overlay_manager X`
+_START = re.compile(r'(?:rosrun (?:--prefix "[^"]*" )?overlay_manager |(?<![\w/.-])scripts/'
+                    r'|roslaunch overlay_manager )')
 # where it ends: a comment, the end of an inline code span, a shell operator
 _END = re.compile(r"\s#|`|\|\||&&|[;|)]|\"|'|$")
 
@@ -176,3 +178,11 @@ def test_check_catches_a_flag_that_does_not_exist():
     assert check("roslaunch", "robot.launch no_such_arg:=1")
     assert check("rosrun", "no_such_tool")
     assert not check("rosrun", "overlay_env --enrol")
+
+
+def test_root_commands_are_checked_too():
+    root = [text for _, kind, text in COMMANDS if kind == "rosrun" and "--rosbridge-firewall" in text]
+    assert root, "the documented root form (rosrun --prefix \"sudo env ...\" overlay_manager ...) is read"
+    line = 'x="$(rosrun --prefix "sudo env PYTHONPATH=$PYTHONPATH" overlay_manager overlay_env --enrol --no-such)"'
+    starts = [m.end() for m in _START.finditer(line)]
+    assert len(starts) == 1 and line[starts[0]:].startswith("overlay_env --enrol --no-such")

@@ -59,20 +59,25 @@ def _shell(snippet: str, config: str) -> subprocess.CompletedProcess:
 
 
 def test_shell_form_stops_when_overlay_env_fails(tmp_path):
-    """The documented start lines stop on a failing overlay_env; a bare eval "$(...)" would not."""
+    """The documented start lines (README, docs/node.md) stop on a failing overlay_env and keep the
+    shell open; a bare eval "$(...)" would start with the old names, `|| exit 1` would close the
+    user's terminal."""
     missing = str(tmp_path / "missing.yaml")
-    documented = 'ROS_ENV="$($OVERLAY_ENV)" || exit 1; eval "$ROS_ENV"; echo "started with $ROS_MASTER_URI"'
+    documented = ('ROS_ENV="$($OVERLAY_ENV)" && eval "$ROS_ENV" &&\n'
+                  'echo "started with $ROS_MASTER_URI"\n'
+                  'echo "shell still open"')
     out = _shell(documented, missing)
-    assert out.returncode == 1 and "started" not in out.stdout
+    assert "started" not in out.stdout and out.stdout.strip() == "shell still open", out.stdout
     assert "missing.yaml" in out.stderr
-    with_set_e = 'set -e; ROS_ENV="$($OVERLAY_ENV)"; eval "$ROS_ENV"; echo "started with $ROS_MASTER_URI"'
-    out = _shell(with_set_e, missing)
-    assert out.returncode == 2 and "started" not in out.stdout
-    trap = 'set -e; eval "$($OVERLAY_ENV)"; echo "started with $ROS_MASTER_URI"'
+    trap = 'eval "$($OVERLAY_ENV)" && echo "started with $ROS_MASTER_URI"'
     out = _shell(trap, missing)
     assert out.stdout.strip() == "started with http://old:11311", "the trap the docs warn about"
+    closes = 'ROS_ENV="$($OVERLAY_ENV)" || exit 1\necho "shell still open"'
+    out = _shell(closes, missing)
+    assert out.returncode == 1 and "shell still open" not in out.stdout, "what || exit 1 does to a terminal"
     out = _shell(documented, EXAMPLE)
-    assert out.returncode == 0 and out.stdout.strip() == "started with http://alpha-robot1.fleet.internal:11311"
+    assert out.returncode == 0 and out.stdout.splitlines() == [
+        "started with http://alpha-robot1.fleet.internal:11311", "shell still open"]
 
 
 @pytest.fixture

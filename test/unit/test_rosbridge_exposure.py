@@ -7,6 +7,7 @@ import socket
 
 import pytest
 
+from overlay_manager.core.commands import overlay_env_as_root
 from overlay_manager.monitor.diagnose import beyond_overlay, rosbridge_diagnostic
 from overlay_manager.monitor.readings import OK, WARN, PortReading
 from overlay_manager.system import firewall
@@ -177,7 +178,7 @@ def test_cannot_tell_says_so_with_fix():
                                                      "nftables needs root (the node is not running as root)")
     d = rosbridge_diagnostic(reading("0.0.0.0", restriction=unknown), OWN)
     assert d.level == WARN and "cannot tell" in d.message and "needs root" in d.message
-    assert "fix if not done: sudo overlay_env --rosbridge-firewall 9090" in d.message
+    assert f"fix if not done: `{overlay_env_as_root('--rosbridge-firewall 9090')}`" in d.message
 
 
 def test_nothing_listening_warns():

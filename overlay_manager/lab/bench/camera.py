@@ -286,8 +286,8 @@ def render_markdown(data: Dict[str, Any]) -> str:
              f"{m['seconds_per_stream']:g} s per stream, Twist at {m['control_hz']} Hz, {m['cores']} cores"
              + (f", load average {m['load_start']} at the start, {m['load_end']} at the end" if m.get("load_start")
                 else "") + ".", ""]
-    lines += ["| path | stream | rate Hz | PSNR mean / p5 dB | latency p50 / p99 ms | Twist RTT p50 / p99 ms "
-              "| Mbit/s | "
+    lines += ["| path | stream | rate Hz | PSNR (YUV 4:2:0) mean / p5 dB | latency p50 / p99 ms "
+              "| Twist RTT p50 / p99 ms | Mbit/s | "
               "encoder CPU % | decision |", "|---|---|---|---|---|---|---|---|---|"]
     for col in data["columns"]:
         res = data["results"].get(col, {})

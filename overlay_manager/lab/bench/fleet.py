@@ -202,8 +202,8 @@ def render_markdown(data: Dict[str, Any]) -> str:
              f"on {m['viewer']} for all streams; Twist {m['control_hz']} Hz to each robot at the same time; "
              f"{m['seconds_per_kind']:g} s per kind; {m['cores']} cores, load average {m['load_start']} at the "
              f"start, {m['load_end']} at the end.", "",
-             "| stream | robot | rate Hz | PSNR mean / p5 dB | latency p50 / p99 ms | Mbit/s | Twist RTT p50 / p99 ms "
-             "| encoder CPU % |", "|---|---|---|---|---|---|---|---|"]
+             "| stream | robot | rate Hz | PSNR (YUV 4:2:0) mean / p5 dB | latency p50 / p99 ms | Mbit/s "
+             "| Twist RTT p50 / p99 ms | encoder CPU % |", "|---|---|---|---|---|---|---|---|"]
     for kind in m["kinds"]:
         res = data["results"].get(kind)
         if not res:
@@ -236,8 +236,8 @@ def render_markdown(data: Dict[str, Any]) -> str:
                       f"{ep.get('episode_s', EPISODE_S):g} s; PSNR after = frames sent from {EPISODE_SETTLE_S:g} s "
                       "after the limit is lifted; check: no frame after it more than "
                       f"{m['episode_margin_db']:g} dB below the mean before.", "",
-                  "| robot | PSNR mean before | min during | min / p5 after | rate during Hz | latency p99 during ms | "
-                  "Mbit/s during | undecodable | check |",
+                  "| robot | PSNR (YUV 4:2:0) mean before | min during | min / p5 after | rate during Hz "
+                  "| latency p99 during ms | Mbit/s during | undecodable | check |",
                   "|---|---|---|---|---|---|---|---|---|"]
         for r, e in ep["streams"].items():
             lines.append(f"| {r} | {_psnr(e['psnr_mean_before'])} | {_psnr(e['psnr_min_during'])} | "
