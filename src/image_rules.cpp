@@ -34,6 +34,13 @@ EncodingRule encodingRule(const std::string& encoding)
     r.why = "unknown encoding '" + encoding.substr(0, 64) + "' (not a sensor_msgs/image_encodings name)";
     return r;
   }
+  // sensor_msgs parses the channel count of "8UC<n>" from the name: 1215752191 for "8UC99999999999"
+  if (channels < 1 || channels > 4 || (depth != 8 && depth != 16 && depth != 32 && depth != 64))
+  {
+    r.why = "unknown encoding '" + encoding.substr(0, 64) + "' (" + std::to_string(channels) + " channels of " +
+            std::to_string(depth) + " bits: not a sensor_msgs/image_encodings picture)";
+    return r;
+  }
   r.bytes_per_pixel = channels * depth / 8;
   if (encoding == enc::RGB8 || encoding == enc::BGR8 || encoding == enc::RGBA8 || encoding == enc::BGRA8 ||
       encoding == enc::MONO8)

@@ -135,6 +135,10 @@ TEST(EncodingRules, EveryEncodingHasOneRuleForBothTransports)
     }
   }
   EXPECT_EQ(overlay_manager::encodingRule("rgb9").support, EncodingSupport::kRefused);
+  // sensor_msgs reads the channel count from the name (found by fuzz_image_encode: an overflow)
+  EXPECT_EQ(overlay_manager::encodingRule("8UC99999999999").support, EncodingSupport::kRefused);
+  EXPECT_EQ(overlay_manager::encodingRule("8UC99999999999").bytes_per_pixel, 0);
+  EXPECT_EQ(overlay_manager::encodingRule("32FC0").support, EncodingSupport::kRefused);
   EXPECT_NE(overlay_manager::encodingRule(std::string(10000, 'x')).why.size(), 0u);
   EXPECT_LT(overlay_manager::encodingRule(std::string(10000, 'x')).why.size(), 200u) << "a huge name is cut";
 }
