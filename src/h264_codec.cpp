@@ -456,6 +456,7 @@ struct H264Encoder::Impl
   AVPacket* pkt = nullptr;
   cv::Mat yuv;  ///< I420 picture from OpenCV's colour conversion, reused (rows: h luma, h/2 chroma)
   std::atomic<int> pending_kbps{ 0 };
+  std::atomic<double> pending_crf{ 0.0 };  ///< 0 = none
   std::atomic<bool> keyframe_requested{ false };
   int64_t frame_index = 0;
   uint32_t stream_id = 0;  ///< the frame counter's stream id, drawn at every open()
@@ -602,6 +603,12 @@ void H264Encoder::setBitrate(int kbps)
     impl_->pending_kbps = kbps;
 }
 
+void H264Encoder::setCrf(double crf)
+{
+  if (crf > 0.0 && crf <= 51.0)
+    impl_->pending_crf = crf;
+}
+
 void H264Encoder::requestKeyframe()
 {
   impl_->keyframe_requested = true;
@@ -664,6 +671,10 @@ bool H264Encoder::encode(const uint8_t* data, size_t size, int step, const std::
   const int kbps = m.pending_kbps.exchange(0);
   if (kbps > 0 && kbps != m.params.bitrate_kbps)
     m.applyBitrate(kbps);  // libx264.c: reconfig_encoder() -> x264_encoder_reconfig() on this frame
+  const double crf = m.pending_crf.exchange(0.0);
+  if (crf > 0.0 && m.params.crf > 0.0 && crf != m.params.crf &&
+      av_opt_set_double(m.ctx->priv_data, "crf", crf, 0) >= 0)
+    m.params.crf = crf;  // libx264.c: reconfig_encoder() sees the new rate factor on this frame
   m.frame->pict_type = m.keyframe_requested.exchange(false) ? AV_PICTURE_TYPE_I : AV_PICTURE_TYPE_NONE;
   m.frame->pts = m.frame_index++;
 

@@ -21,8 +21,10 @@
 //
 // Parameters (private): compressed (bool, true), h264 (bool, true), check_period (s, 5), and the streams'
 // (readStreamOptions: format, png_level, max_rate, min_rate, max_quality, min_quality,
-// budget_kbps_<path>, adapt_to_delivery, max_backlog_ms, state_period, peers_topic; h264: gop,
-// max_video_kbps, min_video_kbps, video_share).
+// budget_kbps_<path>, adapt_to_delivery, max_backlog_ms, state_period, peers_topic, limits; h264:
+// gop, crf, max_video_kbps, min_video_kbps, video_share). Each stream reads its own namespace,
+// ~link_aware/ (JPEG) and ~link_aware_h264/ (H.264), where its dynamic_reconfigure server lives
+// too; a parameter set directly under ~ applies to both streams unless set in theirs.
 //
 // Threads and locks
 //   * frame thread (the nodelet's single-threaded queue): image callback and the outputs'
@@ -47,6 +49,20 @@
 
 namespace overlay_manager
 {
+namespace
+{
+/// Copies the parameters directly under `from` into `to` where `to` does not set them itself
+/// (the streams' own namespaces are not copied into each other).
+void inheritParams(const ros::NodeHandle& from, const ros::NodeHandle& to)
+{
+  XmlRpc::XmlRpcValue shared;
+  if (!from.getParam(from.getNamespace(), shared) || shared.getType() != XmlRpc::XmlRpcValue::TypeStruct)
+    return;
+  for (auto& kv : shared)
+    if (kv.first != "link_aware" && kv.first != "link_aware_h264" && !to.hasParam(kv.first))
+      to.setParam(kv.first, kv.second);
+}
+}  // namespace
 
 class LinkAwareEncoder : public nodelet::Nodelet
 {
@@ -73,10 +89,13 @@ private:
     ros::NodeHandle& nh = getNodeHandle();
     ros::NodeHandle& pnh = getPrivateNodeHandle();
     StreamOptions jpeg_options, h264_options;
+    const ros::NodeHandle jpeg_params(pnh, "link_aware"), h264_params(pnh, "link_aware_h264");
     try
     {
-      jpeg_options = readStreamOptions(pnh);
-      h264_options = readStreamOptions(pnh, "h264");
+      inheritParams(pnh, jpeg_params);
+      inheritParams(pnh, h264_params);
+      jpeg_options = readStreamOptions(jpeg_params);
+      h264_options = readStreamOptions(h264_params, "h264");
     }
     catch (const ParamError& e)
     {
@@ -100,12 +119,14 @@ private:
           }
     }
     jpeg_stream_.reset(new LinkAwareStream(nh, main_topic, in_topic_, jpeg_options));
+    jpeg_stream_->setParamNamespace(jpeg_params.getNamespace());
     outputs_.push_back(Output());
     outputs_.back().topic = main_topic;
     outputs_.back().stream = jpeg_stream_.get();
     if (pnh.param("h264", true))
     {
       h264_stream_.reset(new LinkAwareStream(nh, in_topic_ + "/link_aware_h264", in_topic_, h264_options));
+      h264_stream_->setParamNamespace(h264_params.getNamespace());
       outputs_.push_back(Output());
       outputs_.back().topic = h264_stream_->topic();
       outputs_.back().stream = h264_stream_.get();

@@ -165,12 +165,13 @@ StreamOptions readStreamOptions(const ros::NodeHandle& pnh, const std::string& f
 
 LinkAwareStream::LinkAwareStream(const ros::NodeHandle& nh, const std::string& topic, const std::string& input_topic,
                                  const StreamOptions& options)
-  : options_(options)
+  : initial_options_(options)
   , topic_(topic)
   , input_topic_(input_topic)
   , own_host_(ros::network::getHost())
   , policy_(options.policy)
   , frame_log_(topic)
+  , options_(options)
   , last_frame_bytes_(kNaN)
   , last_encode_ms_(kNaN)
 {
@@ -179,9 +180,9 @@ LinkAwareStream::LinkAwareStream(const ros::NodeHandle& nh, const std::string& t
   window_start_ = ros::WallTime::now();
   state_pub_ = control_nh_.advertise<StreamState>(topic_ + "/stream_state", 1, true);
   timer_ = control_nh_.createWallTimer(ros::WallDuration(options_.state_period), &LinkAwareStream::onTimer, this);
-  if (options_.adapt_to_delivery)
-    delivery_timer_ =
-        control_nh_.createWallTimer(ros::WallDuration(kDeliveryCheckS), &LinkAwareStream::onDeliveryCheck, this);
+  // always made: adapt_to_delivery may be switched on and off live (onDeliveryCheck reads it)
+  delivery_timer_ =
+      control_nh_.createWallTimer(ros::WallDuration(kDeliveryCheckS), &LinkAwareStream::onDeliveryCheck, this);
   if (options_.format == "h264")
   {
     recheck_timer_ = control_nh_.createWallTimer(ros::WallDuration(kRecheckS), &LinkAwareStream::onRecheck, this);
@@ -192,8 +193,39 @@ LinkAwareStream::LinkAwareStream(const ros::NodeHandle& nh, const std::string& t
 
 void LinkAwareStream::start()
 {
+  ros::NodeHandle params(param_ns_.empty() ? topic_ : param_ns_);
+  params.setCallbackQueue(&control_queue_);  // reconfigure requests run on the control thread
+  try
+  {
+    reconfigure_ = startReconfigure(*this, params);
+  }
+  catch (const std::exception& e)  // a plugin must not take the driver down
+  {
+    ROS_ERROR("%s: no dynamic_reconfigure server (%s): settings are fixed until a restart", topic_.c_str(), e.what());
+  }
   spinner_->start();
   post([this] { publishState(); });
+}
+
+StreamOptions LinkAwareStream::settings() const
+{
+  std::lock_guard<std::mutex> lock(mutex_);
+  return options_;
+}
+
+void LinkAwareStream::applySettings(const StreamOptions& updated)
+{
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    options_.policy = updated.policy;
+    options_.crf = updated.crf;
+    options_.gop = updated.gop;
+    options_.png_level = updated.png_level;
+    options_.adapt_to_delivery = updated.adapt_to_delivery;
+    options_.max_backlog_ms = updated.max_backlog_ms;
+    policy_.setParams(updated.policy);
+  }
+  publishState();
 }
 
 LinkAwareStream::~LinkAwareStream()
@@ -217,6 +249,7 @@ void LinkAwareStream::stop()
   state_pub_.shutdown();
   peers_sub_.shutdown();
   keyframe_sub_.shutdown();
+  reconfigure_.reset();
 }
 
 void LinkAwareStream::setOtherTopics(const std::vector<std::string>& topics)
@@ -308,7 +341,7 @@ void LinkAwareStream::onDeliveryCheck(const ros::WallTimerEvent&)
   {
     {
       std::lock_guard<std::mutex> lock(mutex_);
-      if (subs_.empty() || stopping_)
+      if (subs_.empty() || stopping_ || !options_.adapt_to_delivery)
         return;
     }
     observeDelivery();
@@ -715,12 +748,17 @@ sensor_msgs::CompressedImagePtr LinkAwareStream::encode(const sensor_msgs::Image
   if (refuses(image) || !admitFrame(quality))
     return sensor_msgs::CompressedImagePtr();
   sensor_msgs::CompressedImagePtr out(new sensor_msgs::CompressedImage);
+  int png_level;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    png_level = options_.png_level;
+  }
   const auto t0 = std::chrono::steady_clock::now();
   try
   {
     encoder.setLimits(options_.limits);
     if (options_.format == "png")
-      encoder.encodePng(image, options_.png_level, *out);
+      encoder.encodePng(image, png_level, *out);
     else
       encoder.encodeJpeg(image, *quality, *out);
   }
@@ -752,10 +790,14 @@ sensor_msgs::CompressedImagePtr LinkAwareStream::encodeH264(const sensor_msgs::I
   int quality = 0;
   if (refuses(image) || !admitFrame(&quality))
     return sensor_msgs::CompressedImagePtr();
-  double kbps;
+  double kbps, crf, fps;
+  int gop;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     kbps = policy_.videoBitrateKbps();
+    crf = options_.crf;
+    gop = options_.gop;
+    fps = options_.policy.max_rate_hz;
   }
   const auto t0 = std::chrono::steady_clock::now();
   const uint8_t* pixels = image.data.data();
@@ -782,15 +824,17 @@ sensor_msgs::CompressedImagePtr LinkAwareStream::encodeH264(const sensor_msgs::I
     encoding = converted->encoding;
   }
   std::string error;
-  if (!encoder.isOpen())
+  // a new gop, or a switch between capped CRF and average bitrate, reopens the encoder (the next
+  // packet is a keyframe); a new crf or bitrate applies on the fly
+  if (!encoder.isOpen() || encoder.params().gop != gop || (encoder.params().crf > 0.0) != (crf > 0.0))
   {
     H264Params params;
     params.width = static_cast<int>(image.width);
     params.height = static_cast<int>(image.height);
-    params.fps = options_.policy.max_rate_hz;
+    params.fps = fps;
     params.bitrate_kbps = static_cast<int>(kbps);
-    params.gop = options_.gop;
-    params.crf = options_.crf;
+    params.gop = gop;
+    params.crf = crf;
     params.limits = options_.limits;
     if (!encoder.open(params, &error))
     {
@@ -799,11 +843,20 @@ sensor_msgs::CompressedImagePtr LinkAwareStream::encodeH264(const sensor_msgs::I
       return sensor_msgs::CompressedImagePtr();
     }
     applied_kbps_ = static_cast<int>(kbps);
+    applied_crf_ = crf;
   }
-  else if (std::abs(kbps - applied_kbps_) > 0.05 * applied_kbps_)
+  else
   {
-    encoder.setBitrate(static_cast<int>(kbps));  // on the fly: the same encoder, no reopen
-    applied_kbps_ = static_cast<int>(kbps);
+    if (std::abs(kbps - applied_kbps_) > 0.05 * applied_kbps_)
+    {
+      encoder.setBitrate(static_cast<int>(kbps));  // on the fly: the same encoder, no reopen
+      applied_kbps_ = static_cast<int>(kbps);
+    }
+    if (crf != applied_crf_)
+    {
+      encoder.setCrf(crf);  // on the fly as well (x264_encoder_reconfig)
+      applied_crf_ = crf;
+    }
   }
   if (keyframe_wanted_.exchange(false))
     encoder.requestKeyframe();

@@ -6,8 +6,9 @@
 //
 // With ~images (space-separated raw topics) one nodelet per topic is loaded in this process, named
 // <node>/<topic with '/' -> '_'>, with `image` remapped to the topic; the node's other private
-// parameters (budgets, limits, peers_topic) are copied to every nodelet (run one process per
-// setting to give topics different limits).
+// parameters (budgets, limits, peers_topic, host_aliases, the streams' ~link_aware/ and
+// ~link_aware_h264/ namespaces) are copied to every nodelet (run one process per setting to give
+// topics different limits).
 // NODELET_CLASS is set per executable in CMakeLists.txt.
 #include <nodelet/loader.h>
 #include <ros/ros.h>
@@ -46,7 +47,9 @@ int main(int argc, char** argv)
     ros::NodeHandle child(name);
     if (shared.getType() == XmlRpc::XmlRpcValue::TypeStruct)
       for (auto& kv : shared)
-        if (kv.first != "images" && kv.second.getType() != XmlRpc::XmlRpcValue::TypeStruct)
+        if (kv.first != "images" && (kv.second.getType() != XmlRpc::XmlRpcValue::TypeStruct ||
+                                     kv.first == "link_aware" || kv.first == "link_aware_h264" ||
+                                     kv.first == "host_aliases"))
           child.setParam(kv.first, kv.second);  // always: a restart with new values must not keep old ones
     nodelet::M_string remap = ros::names::getRemappings();
     // a nodelet's `image` resolves in the parent namespace of its name, i.e. this node's name

@@ -111,6 +111,9 @@ public:
   /// Target average bit rate in kbit/s from the next frame on, without reopening: libavcodec's
   /// libx264 wrapper calls x264_encoder_reconfig when the context's bit rate changes.
   void setBitrate(int kbps);
+  /// x264's constant rate factor from the next frame on, without reopening (capped CRF only: a
+  /// switch to or from average bitrate, crf 0, needs open()). Any thread.
+  void setCrf(double crf);
   /// The next frame is coded as an IDR with SPS/PPS in front.
   void requestKeyframe();
 

@@ -84,6 +84,14 @@ HostAliases readHostAliases(const ros::NodeHandle& pnh);
 /// the parameter.
 StreamOptions readStreamOptions(const ros::NodeHandle& params, const std::string& format = "");
 
+class LinkAwareStream;
+
+/// Starts `stream`'s dynamic_reconfigure server (LinkAwareJpeg or LinkAwareH264 by its format) in
+/// `params`' namespace, on `params`' callback queue, seeded with the stream's settings now; its
+/// changes go to applySettings(). The server lives as long as the returned handle
+/// (src/stream_reconfigure.cpp).
+std::shared_ptr<void> startReconfigure(LinkAwareStream& stream, const ros::NodeHandle& params);
+
 class LinkAwareStream
 {
 public:
@@ -104,7 +112,21 @@ public:
   /// node serves the same stream.
   void stop();
 
-  const StreamOptions& options() const { return options_; }
+  /// The settings the stream started with (live changes: settings()).
+  const StreamOptions& options() const { return initial_options_; }
+  /// The settings now (a copy: reconfigure may change them from the control thread).
+  StreamOptions settings() const;
+
+  /// Namespace of the stream's parameters and of its dynamic_reconfigure server (default: the
+  /// topic, as the plugins read them; the republisher gives ~link_aware / ~link_aware_h264). Call
+  /// before start().
+  void setParamNamespace(const std::string& ns) { param_ns_ = ns; }
+
+  /// New live settings (the reconfigure server's callback, on the control thread): the policy's
+  /// limits and budgets apply at once; crf, gop and png_level from the next frame (a new gop reopens
+  /// the H.264 encoder: a keyframe); adapt_to_delivery and max_backlog_ms at the next delivery check.
+  /// The format, limits, peers_topic and host_aliases are fixed for the stream's life.
+  void applySettings(const StreamOptions& updated);
   const std::string& topic() const { return topic_; }
 
   /// Runs on the control thread after every subscriber change and every state period (before the
@@ -168,9 +190,11 @@ private:
   bool refuses(const sensor_msgs::Image& image);
 
   // configuration (set in the constructor, read-only afterwards)
-  const StreamOptions options_;
+  const StreamOptions initial_options_;
   const std::string topic_, input_topic_, own_host_;
   std::function<void()> hook_;
+  std::string param_ns_;                  ///< parameters and reconfigure server ("" = topic_)
+  std::shared_ptr<void> reconfigure_;     ///< the dynamic_reconfigure server (stream_reconfigure.cpp)
 
   // control thread only
   ros::CallbackQueue control_queue_;
@@ -191,9 +215,11 @@ private:
   std::atomic<bool> keyframe_wanted_{true};  ///< h264: next frame an IDR (new subscriber, backlog cleared)
   int64_t frame_count_ = 0;                  ///< h264 pts (frame thread)
   int applied_kbps_ = 0;                     ///< bitrate last given to the h264 encoder (frame thread)
+  double applied_crf_ = 0.0;                 ///< crf last given to the h264 encoder (frame thread)
   ProblemLog frame_log_;                     ///< frames refused or not encodable (frame thread)
 
-  std::mutex mutex_;  ///< guards everything below
+  mutable std::mutex mutex_;  ///< guards everything below
+  StreamOptions options_;  ///< the settings now (applySettings); format, limits, peers_topic, host_aliases fixed
   StreamPolicy policy_;
   std::map<std::string, std::shared_ptr<Sub>> subs_;
   PeerListConstPtr peers_;

@@ -8,7 +8,9 @@ on subscribe can give it); the bitrate follows the path on the fly (direct -> de
 keyframe (the same encoder) while the viewer keeps its frame rate; a subscriber that stops reading
 (a raw TCPROS connection read at 40 KB/s, on a direct path) makes the stream back off (observed
 delivery, skipped frames), and every access unit it then reads continues the H.264 reference chain
-(frame_num) or starts at a keyframe: nothing a decoder would smear.
+(frame_num) or starts at a keyframe: nothing a decoder would smear; a budget and crf changed through
+dynamic_reconfigure (what rqt_reconfigure does) reach the relayed stream's bitrate within 1 s with
+no frame gap over 200 ms at the viewer and no new keyframe.
 """
 import socket
 import struct
@@ -19,6 +21,7 @@ import unittest
 import xmlrpc.client
 
 import av
+import dynamic_reconfigure.client
 import numpy as np
 import rosgraph
 import rospy
@@ -314,6 +317,53 @@ class LinkAwareH264(unittest.TestCase):
         self.assertTrue(any(s.reason == "observed delivery" for s in during), "no back-off on the direct path")
         self.assertLess(lowest, MAX_VIDEO_KBPS, "the bitrate did not come down")
         self.assertGreater(skipped, 0, "no frame was skipped while the connection was backed up")
+
+
+    def test_5_budget_and_crf_change_live(self):
+        client = dynamic_reconfigure.client.Client(H264, timeout=20)
+        before = client.get_configuration(timeout=10)
+        self.assertEqual(before["video_budget_kbps_derp"], 1000.0, "the server starts from the stream's parameters")
+        self.assertEqual(before["gop"], 300)
+        self.peers_pub.publish(peers_msg(Peer.PATH_DERP))
+        try:
+            wait_for("video bitrate for derp (0.8 x 1000 kbit/s)",
+                     lambda: [s for s in self.states_since(time.monotonic() - 0.6)
+                              if s.video_bitrate_kbps == DERP_VIDEO_KBPS and s.subscribers])
+            time.sleep(1.5)
+            low = [s.bitrate_kbps for s in self.states_since(time.monotonic() - 1.0) if s.bitrate_kbps > 0]
+            t_change = time.monotonic()
+            client.update_configuration({"video_budget_kbps_derp": 2500.0})
+            state = wait_for("stream_state with the new cap 0.8 x 2500 kbit/s",
+                             lambda: [s for s in self.states_since(t_change) if s.video_bitrate_kbps == 2000.0],
+                             timeout=5)[0]
+            applied_s = time.monotonic() - t_change
+            time.sleep(2.5)
+            states = self.states_since(t_change)
+            frames = self.viewer_since(t_change - 0.5)
+            stamps = [m.header.stamp.to_sec() for m in frames]
+            gap = max((b - a for a, b in zip(stamps, stamps[1:])), default=float("inf"))
+            high = [s.bitrate_kbps for s in states[-2:]]
+            keyframes = sum(s.keyframes for s in states)
+            print(f"reconfigure: cap applied after {applied_s * 1000:.0f} ms; measured bitrate "
+                  f"{max(low or [0]):.0f} -> {min(high or [0]):.0f} kbit/s; viewer gap max {gap * 1000:.0f} ms; "
+                  f"{keyframes} keyframes", flush=True)
+            self.assertIsNotNone(state)
+            self.assertLess(applied_s, 1.0)
+            self.assertLess(gap, 0.2, "a frame gap over 200 ms at the viewer")
+            self.assertGreater(min(high), 1.5 * max(low), "the measured bitrate did not follow the new budget")
+            self.assertLessEqual(keyframes, 1, "the change reopened the encoder")
+            # crf live: a higher rate factor spends fewer bits under the same cap
+            t_crf = time.monotonic()
+            client.update_configuration({"crf": 40.0})
+            time.sleep(2.0)
+            coarse = [s.bitrate_kbps for s in self.states_since(t_crf + 1.0)]
+            print(f"crf 23 -> 40: {min(high):.0f} -> {max(coarse):.0f} kbit/s", flush=True)
+            self.assertLess(max(coarse), 0.7 * min(high), "crf did not change the bitrate")
+            self.assertLessEqual(sum(s.keyframes for s in self.states_since(t_crf)), 1)
+            self.assertEqual(client.get_configuration(timeout=10)["crf"], 40.0)
+        finally:
+            client.update_configuration({"video_budget_kbps_derp": 1000.0, "crf": before["crf"]})
+            self.peers_pub.publish(peers_msg(Peer.PATH_DIRECT))
 
 
 if __name__ == "__main__":
