@@ -16,6 +16,7 @@ import time
 import unittest
 
 import cv2
+import dynamic_reconfigure.client
 import numpy as np
 import rospy
 import rostest
@@ -200,6 +201,22 @@ class LinkAwareCamera(unittest.TestCase):
         if s and s.subscribers and all(x.path == path for x in s.subscribers) and extra(s):
             return s
         return None
+
+    def test_6_republisher_streams_have_their_own_namespaces(self):
+        """~max_rate (30) applies to both streams; ~link_aware_h264/max_rate (15) only to H.264; each
+        stream's dynamic_reconfigure server shows what applies."""
+        jpeg = dynamic_reconfigure.client.Client("/camera_encoder/link_aware", timeout=20).get_configuration(timeout=10)
+        h264 = dynamic_reconfigure.client.Client("/camera_encoder/link_aware_h264",
+                                                 timeout=20).get_configuration(timeout=10)
+        self.assertEqual((jpeg["max_rate"], jpeg["budget_kbps_derp"], jpeg["max_quality"]), (30.0, 4000.0, 90))
+        self.assertEqual(h264["max_rate"], 15.0)
+        got = []
+        sub = rospy.Subscriber(RAW + "/link_aware_h264/stream_state", StreamState, got.append)
+        try:
+            st = wait_for("the H.264 stream's stream_state", lambda: got and got[-1], timeout=20)
+        finally:
+            sub.unregister()
+        self.assertEqual(st.rate_hz, 15.0)
 
 
 if __name__ == "__main__":
