@@ -20,7 +20,7 @@ from python_qt_binding.QtWidgets import (
     QTableWidgetItem,
 )
 
-from overlay_manager.dashboard import text as fmt
+from overlay_manager.view import text as fmt
 
 SORT_ROLE = Qt.UserRole + 1
 STALE_FOREGROUND = "#9e9e9e"   # text of every cell while the node is stale

@@ -20,15 +20,15 @@ from typing import Any, Callable, Dict, List, Optional
 import rospy
 from python_qt_binding.QtCore import QObject, QTimer, Signal
 
-from overlay_manager.dashboard import text as fmt
-from overlay_manager.dashboard.state import (
+from overlay_manager.msg import OverlayStatus, PathChange, PeerList, TopicLinkList
+from overlay_manager.srv import MeasureLink, PingPeer, WaitForPeer
+from overlay_manager.view import text as fmt
+from overlay_manager.view.state import (
     Freshness,
     HistoryStore,
     nodes_from_topics,
     normalise_node,
 )
-from overlay_manager.msg import OverlayStatus, PathChange, PeerList, TopicLinkList
-from overlay_manager.srv import MeasureLink, PingPeer, WaitForPeer
 
 ACTION_PING = "ping"
 ACTION_MEASURE = "measure"

@@ -14,8 +14,8 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 from python_qt_binding.QtCore import QPoint, Qt
 from python_qt_binding.QtWidgets import QAction, QMenu, QTableWidget, QToolButton, QWidget
 
-from overlay_manager.dashboard import text as fmt
 from overlay_manager.dashboard.cells import PathTable, background_name, item
+from overlay_manager.view import text as fmt
 
 # (key, header, tooltip); keys are what the settings store.
 COLUMNS: Tuple[Tuple[str, str, str], ...] = (

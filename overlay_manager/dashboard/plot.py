@@ -10,8 +10,8 @@ from python_qt_binding.QtCore import QPointF, QRectF, QSize, Qt
 from python_qt_binding.QtGui import QColor, QPainter, QPainterPath, QPen
 from python_qt_binding.QtWidgets import QSizePolicy, QWidget
 
-from overlay_manager.dashboard import text as fmt
-from overlay_manager.dashboard.state import Sample
+from overlay_manager.view import text as fmt
+from overlay_manager.view.state import Sample
 
 LATENCY_COLOUR = "#6a1b9a"
 RX_COLOUR = "#1565c0"

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from overlay_manager.dashboard import text as fmt
 from overlay_manager.dashboard.cells import coloured
+from overlay_manager.view import text as fmt
 
 #: the labels :func:`show_status` fills (``<name>_value`` in the .ui file)
 STATUS_FIELDS = ("state", "self", "nat", "control", "ros", "health")

@@ -13,9 +13,9 @@ from typing import Any, Dict, List, Sequence
 from python_qt_binding.QtCore import Qt
 from python_qt_binding.QtWidgets import QLabel, QTableWidget
 
-from overlay_manager.dashboard import text as fmt
-from overlay_manager.dashboard import topics as tv
 from overlay_manager.dashboard.cells import PathTable, item
+from overlay_manager.view import text as fmt
+from overlay_manager.view import topics as tv
 
 TOPIC_KEYS = tuple(c[0] for c in tv.TOPIC_COLUMNS)
 TCOL = {key: i for i, key in enumerate(TOPIC_KEYS)}

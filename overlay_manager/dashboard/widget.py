@@ -23,8 +23,6 @@ from python_qt_binding.QtCore import Qt, QTimer
 from python_qt_binding.QtGui import QBrush, QColor
 from python_qt_binding.QtWidgets import QListWidgetItem, QWidget
 
-from overlay_manager.dashboard import text as fmt
-from overlay_manager.dashboard import topics as tv
 from overlay_manager.dashboard.cells import (
     coloured,
     grey_out,
@@ -33,9 +31,11 @@ from overlay_manager.dashboard.cells import (
 from overlay_manager.dashboard.model import ActionResult, OverlayModel
 from overlay_manager.dashboard.peer_table import COLUMN_KEYS, PeerTable
 from overlay_manager.dashboard.plot import HistoryPlot
-from overlay_manager.dashboard.state import DEFAULT_NODE, node_choices, normalise_node
 from overlay_manager.dashboard.status_panel import STATUS_FIELDS, clear_status, show_status
 from overlay_manager.dashboard.topic_table import TopicTable
+from overlay_manager.view import text as fmt
+from overlay_manager.view import topics as tv
+from overlay_manager.view.state import DEFAULT_NODE, node_choices, normalise_node
 
 UI_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "resource", "overlay_dashboard.ui")
 

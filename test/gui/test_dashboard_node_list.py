@@ -17,7 +17,7 @@ import pytest
 from dashboard_harness import start_fake_node, stop_fake_node, wait_for
 
 from overlay_manager.core.ros_names import overlay_node, ros_namespace
-from overlay_manager.dashboard.state import DEFAULT_NODE
+from overlay_manager.view.state import DEFAULT_NODE
 
 HOST = "alpha-laptop"
 NODE = overlay_node(HOST)

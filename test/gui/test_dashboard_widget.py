@@ -22,7 +22,7 @@ from typing import Dict, Iterator
 import pytest
 from dashboard_harness import ARTIFACTS, REPO, send_command, stop_process, wait_for
 
-from overlay_manager.dashboard import text as fmt
+from overlay_manager.view import text as fmt
 
 NODE = "/overlay_manager"
 

@@ -29,8 +29,8 @@ from typing import Any, Callable, Dict, Iterator, Optional
 import pytest
 
 from overlay_manager.core.ros_names import overlay_node
-from overlay_manager.dashboard import text as fmt
 from overlay_manager.lab.campus import robots
+from overlay_manager.view import text as fmt
 
 REPO = Path(__file__).resolve().parents[2]
 TWO_BUILDINGS = REPO / "config" / "lab" / "two_buildings.yaml"

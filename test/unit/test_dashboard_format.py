@@ -1,4 +1,4 @@
-"""Pure dashboard logic: formatting (dashboard/text.py) and model state (dashboard/state.py). No Qt, no ROS."""
+"""Pure dashboard logic: formatting (view/text.py) and model state (view/state.py). No Qt, no ROS."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import math
 import unittest
 from types import SimpleNamespace as NS
 
-from overlay_manager.dashboard import text as fmt
-from overlay_manager.dashboard.state import HistoryStore, nodes_from_topics, normalise_node
+from overlay_manager.view import text as fmt
+from overlay_manager.view.state import HistoryStore, nodes_from_topics, normalise_node
 
 NAN = math.nan
 

@@ -1,8 +1,8 @@
-"""dashboard.state.node_choices: the node selector lists only nodes that exist (pure)."""
+"""view.state.node_choices: the node selector lists only nodes that exist (pure)."""
 
 from __future__ import annotations
 
-from overlay_manager.dashboard.state import DEFAULT_NODE, node_choices, nodes_from_topics
+from overlay_manager.view.state import DEFAULT_NODE, node_choices, nodes_from_topics
 
 LAPTOP = "/alpha_laptop/overlay_manager"
 ROBOT = "/alpha_robot1/overlay_manager"

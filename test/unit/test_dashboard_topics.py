@@ -5,9 +5,9 @@ from __future__ import annotations
 import math
 from types import SimpleNamespace
 
-from overlay_manager.dashboard import text as fmt
-from overlay_manager.dashboard.state import MIN_STALE_AFTER_S, Freshness
-from overlay_manager.dashboard.topics import (
+from overlay_manager.view import text as fmt
+from overlay_manager.view.state import MIN_STALE_AFTER_S, Freshness
+from overlay_manager.view.topics import (
     reported_stale_text,
     stale_text,
     topic_row,

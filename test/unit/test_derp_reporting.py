@@ -83,7 +83,7 @@ def test_derper_diagnostic() -> None:
 def test_dashboard_names_the_region_of_a_relayed_link() -> None:
     from types import SimpleNamespace
 
-    from overlay_manager.dashboard import text as fmt
+    from overlay_manager.view import text as fmt
 
     p = SimpleNamespace(path="derp", endpoint="", relay_region="east", derp_region="East campus")
     assert fmt.peer_where(p) == "DERP east (East campus)"

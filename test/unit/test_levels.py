@@ -36,6 +36,6 @@ def test_log_severities_are_words_not_levels() -> None:
 
 
 def test_the_dashboard_uses_the_one_type() -> None:
-    from overlay_manager.dashboard import text
+    from overlay_manager.view import text
     assert (text.LEVEL_OK, text.LEVEL_WARN, text.LEVEL_ERROR, text.LEVEL_UNKNOWN) == tuple(Level)
     assert set(text.LEVEL_COLOURS) == set(Level)

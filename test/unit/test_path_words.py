@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Dict
 
 from overlay_manager.core import peers
-from overlay_manager.dashboard import text
+from overlay_manager.view import text
 
 ROOT = Path(__file__).resolve().parents[2]
 

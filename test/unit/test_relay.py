@@ -157,7 +157,7 @@ def test_summary_says_what_it_means() -> None:
 def test_dashboard_words_for_peer_relay() -> None:
     from types import SimpleNamespace
 
-    from overlay_manager.dashboard import text as fmt
+    from overlay_manager.view import text as fmt
 
     peer = SimpleNamespace(path="peer-relay", endpoint="10.231.12.10:40000:vni:3", relay_region="lab",
                            peer_relay="10.231.12.10:40000", relay_host="relay1")

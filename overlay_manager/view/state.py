@@ -1,4 +1,4 @@
-"""State the dashboard model keeps (pure: no Qt, no ROS; unit-tested on its own).
+"""State a front end's model keeps, e.g. the dashboard's (pure: no Qt, no ROS; unit-tested on its own).
 
 - ``nodes_from_topics``: which overlay_manager nodes are on the ROS graph, from the master's
   published-topics list (a node is found by its ``~peers`` topic of type overlay_manager/PeerList).
@@ -16,7 +16,7 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Deque, Dict, Iterable, List, Optional, Tuple
 
-from overlay_manager.dashboard.text import rate_from_counters
+from overlay_manager.view.text import rate_from_counters
 
 PEER_LIST_TYPE = "overlay_manager/PeerList"
 PEERS_TOPIC = "peers"

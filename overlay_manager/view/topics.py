@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any, Iterable, List, Optional, Tuple
 
 from overlay_manager.core.peers import PATH_DERP
-from overlay_manager.dashboard import text as fmt
+from overlay_manager.view import text as fmt
 
 # (key, header, tooltip); keys are what snapshot() reports.
 TOPIC_COLUMNS: Tuple[Tuple[str, str, str], ...] = (

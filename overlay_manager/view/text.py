@@ -1,4 +1,4 @@
-"""Display formatting for the overlay dashboard (pure: no Qt, no ROS; unit-tested on its own).
+"""Display formatting for the front ends: the dashboard, or a web page (pure: no Qt, no ROS; unit-tested).
 
 Words as everywhere in the package: path is one of direct | derp | peer-relay | idle | offline
 (plus unknown and self). Rates are shown in bit/s, the unit iperf3 and operators use for links.
