@@ -16,6 +16,7 @@ import time
 import xmlrpc.client
 
 import pytest
+import yaml
 from ros_graph import free_port, read_jsonl, ros_env, start, stop_all, wait
 
 from overlay_manager.core.levels import Level
@@ -196,3 +197,21 @@ def test_monitor_launch_adds_analyzers_to_a_running_aggregator(tmp_path):
              lambda: (tmp_path / "diagnostics.launch.log").read_text()[-1500:])
     finally:
         stop_all(procs, 15.0)
+
+
+def test_camera_params_file_reaches_each_stream(tmp_path):
+    """robot.launch camera_params:=FILE loads the republisher's parameters (the shipped example):
+    shared keys under the node, link_aware: and link_aware_h264: sections under each stream."""
+    example = os.path.join(HERE, "..", "..", "config", "camera.example.yaml")
+    env = dict(ros_env(free_port(), tmp_path), OVERLAY_MANAGER_NS=NS)
+    out = subprocess.run(["roslaunch", "--dump-params", "overlay_manager", "robot.launch",
+                          "camera_topics:=/camera/image_raw", f"camera_params:={os.path.abspath(example)}"],
+                         capture_output=True, text=True, env=env, timeout=60, check=False)
+    assert out.returncode == 0, out.stderr[-2000:]
+    params = yaml.safe_load(out.stdout)
+    node = f"/{NS}/link_aware_camera"
+    assert params[f"{node}/images"] == "/camera/image_raw"
+    assert params[f"{node}/max_rate"] == 30
+    assert params[f"{node}/link_aware_h264/crf"] == 23
+    assert params[f"{node}/link_aware_h264/video_budget_kbps_derp"] == 2400
+    assert params[f"{node}/link_aware/budget_kbps_derp"] == 8000
