@@ -1,7 +1,9 @@
 """Robot config YAML -> validated RobotConfig. Every error names the file and the key.
 
 The reference for every key is config/robot.example.yaml. Relative paths (auth_key_file,
-ca_cert) are resolved against the config file's directory.
+ca_cert) are resolved against the config file's directory. A section that another part of the
+package writes (the fleet's bundles write ``relay`` and ``derper``) is written by its type's
+``to_yaml()``, beside the parser that reads it back.
 """
 
 from __future__ import annotations
@@ -41,6 +43,10 @@ class RelaySettings:
 
     port: int = DEFAULT_RELAY_PORT
     static_endpoints: Tuple[str, ...] = ()
+
+    def to_yaml(self) -> Dict[str, Any]:
+        """The ``relay`` section that :func:`parse_relay_settings` reads back as this value."""
+        return {"port": self.port, "static_endpoints": list(self.static_endpoints)}
 
 
 def parse_addr_port(value: Any) -> str:
@@ -99,6 +105,10 @@ class DerperSettings:
 
     url: str
     region: str = ""
+
+    def to_yaml(self) -> Dict[str, Any]:
+        """The ``derper`` section that :func:`parse_derper_settings` reads back as this value."""
+        return {"url": self.url, "region": self.region}
 
 
 def parse_derper_settings(r: Reader, raw: Any) -> Optional[DerperSettings]:

@@ -23,10 +23,10 @@ import yaml
 
 from overlay_manager.fleet import tls
 from overlay_manager.fleet.deploy import Deployment
-from overlay_manager.fleet.derp import DerpServer, derper_unit, robot_derper_key, servers_on, template_path
+from overlay_manager.fleet.derp import DerpServer, derper_settings, derper_unit, servers_on, template_path
 from overlay_manager.fleet.headscale import HeadscaleCLI, Node, PreAuthKey
 from overlay_manager.fleet.model import FleetConfig, FleetError
-from overlay_manager.fleet.relays import robot_relay_key
+from overlay_manager.fleet.relays import relay_settings
 from overlay_manager.system.files import atomic_write, write_text
 
 #: A recorded key is reused only if it stays usable at least this long (seconds).
@@ -134,7 +134,9 @@ def robot_config(dep: Deployment, fleet: FleetConfig, host: str,
 
     ``overrides``: optional ``tailscale`` / ``node`` sections (or top-level keys) merged in.
     A relay host (the fleet file's ``relays`` section) gets ``relay: {port, static_endpoints}``,
-    which makes its node turn tailscaled's peer relay server on.
+    which makes its node turn tailscaled's peer relay server on; a derper host (``derp_regions``)
+    gets ``derper: {url, region}``. Both are written by the types overlay_manager.core.config
+    parses them into (``RelaySettings``, ``DerperSettings``), so writer and reader cannot drift.
     """
     h = fleet.host(host)
     team = fleet.teams[h.team]
@@ -150,10 +152,10 @@ def robot_config(dep: Deployment, fleet: FleetConfig, host: str,
     }
     relay = fleet.relays.get(h.name)
     if relay is not None:
-        cfg["relay"] = robot_relay_key(relay)
+        cfg["relay"] = relay_settings(relay).to_yaml()
     derpers = servers_on(fleet.derp_regions, h.name)
     if derpers:
-        cfg["derper"] = robot_derper_key(derpers[0])
+        cfg["derper"] = derper_settings(derpers[0]).to_yaml()
     for k, v in (overrides or {}).items():
         if isinstance(v, dict) and isinstance(cfg.get(k), dict):
             cfg[k] = {**cfg[k], **v}
@@ -167,6 +169,12 @@ def robot_config(dep: Deployment, fleet: FleetConfig, host: str,
         node = cfg.get("node")
         cfg["node"] = {"manage_hosts": True, **(node if isinstance(node, dict) else {})}
     return cfg
+
+
+def robot_yaml(cfg: Dict[str, Any], header: str = "") -> str:
+    """robot.yaml's text: ``header`` (comment lines) and ``cfg`` (from :func:`robot_config`) in
+    its key order."""
+    return header + yaml.safe_dump(cfg, sort_keys=False)
 
 
 def write_bundle(deployment: Deployment, fleet: FleetConfig, host: str, outdir: Union[str, Path],
@@ -216,7 +224,7 @@ def write_bundle(deployment: Deployment, fleet: FleetConfig, host: str, outdir: 
               f"# auth.key: pre-auth key id {rec.id}, tags {', '.join(rec.tags)}, "
               f"usable until {exp}.\n")
     path = out / "robot.yaml"
-    write_text(path, header + yaml.safe_dump(cfg, sort_keys=False), 0o644)
+    write_text(path, robot_yaml(cfg, header), 0o644)
     return path
 
 

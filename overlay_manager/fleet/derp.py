@@ -46,6 +46,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
+from overlay_manager.core.config import DerperSettings
 from overlay_manager.core.validation import MISSING, Reader, is_dns_label, is_domain, join_key, shorten
 
 #: Label tag of every derper host (no rule grants anything to it but ICMP from the fleet).
@@ -309,9 +310,10 @@ def derper_unit(template: str, template_source: str, server: DerpServer, region:
     }, template_source)
 
 
-def robot_derper_key(server: DerpServer) -> Dict[str, Any]:
-    """The robot config's ``derper`` mapping for a derper host (what the bundle writes)."""
-    return {"url": server.debug_url, "region": server.region}
+def derper_settings(server: DerpServer) -> DerperSettings:
+    """The robot config's ``derper`` section of a derper host, as the node reads it (the bundle
+    writes its ``to_yaml()``): derper's debug listener on the same machine and its region."""
+    return DerperSettings(url=server.debug_url, region=server.region)
 
 
 def template_path() -> Path:

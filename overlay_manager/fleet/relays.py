@@ -25,7 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Dict, List, Mapping, Tuple
 
-from overlay_manager.core.config import DEFAULT_RELAY_PORT, parse_addr_port
+from overlay_manager.core.config import DEFAULT_RELAY_PORT, RelaySettings, parse_addr_port
 from overlay_manager.core.peers import RELAY_TAG as PEERS_RELAY_TAG
 from overlay_manager.core.validation import MISSING, Reader, join_key, shorten
 
@@ -126,6 +126,7 @@ def relay_tags(relays: Mapping[str, Relay], host: str) -> List[str]:
     return [RELAY_TAG, relay.tag] if relay else []
 
 
-def robot_relay_key(relay: Relay) -> Dict[str, Any]:
-    """The robot config's ``relay`` mapping for a relay host (what the bundle writes)."""
-    return {"port": relay.port, "static_endpoints": list(relay.static_endpoints)}
+def relay_settings(relay: Relay) -> RelaySettings:
+    """The robot config's ``relay`` section of a relay host, as the node reads it (the bundle
+    writes its ``to_yaml()``): the port and the static endpoints (canonical, sorted)."""
+    return RelaySettings(port=relay.port, static_endpoints=relay.static_endpoints)
