@@ -11,7 +11,7 @@ OVERLAY_MANAGER_MASTER_LOCAL=true|false`` (is the ROS master this machine, by th
 bringup unit starts ``roslaunch --wait`` when it is not). It needs only the config (overlay name
 = <hostname>.<base_domain>), so it works before the node runs. Options can enrol the machine,
 write the managed hosts block and wait for the master first, and (as root) keep rosbridge's
-port to loopback and the overlay (``--rosbridge-firewall PORT``, firewall.py).
+port to loopback and the overlay (``--rosbridge-firewall PORT``, system/firewall.py).
 
 ``--offline-ok`` (boot): when tailscaled does not answer (or enrolment fails) within ``--retry``,
 the names still come from the config alone, the hosts block gets at least this machine's own names

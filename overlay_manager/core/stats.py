@@ -1,6 +1,6 @@
 """The statistics every measurement in the project reports: percentiles, rates, latencies.
 
-One definition, used by the benchmarks (lab/bench*.py, lab/bench_node.py), the demo, the ROS
+One definition, used by the benchmarks (lab/bench/, lab/bench/node/), the demo, the ROS
 probes and the system tests, so a "p99" means the same number everywhere:
 
 * **Percentile** ``percentile(values, q)``: ``q`` in 0..100; the values are sorted and the

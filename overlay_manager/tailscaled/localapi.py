@@ -2,7 +2,7 @@
 
 The LocalAPI is plain HTTP/1.1 on tailscaled's unix socket with Host ``local-tailscaled.sock``
 (the same JSON `tailscale status --json` prints). Only the standard library is used. Tailscale's
-JSON is not a stable API: callers get raw dicts here and parse them leniently in peers.py.
+JSON is not a stable API: callers get raw dicts here and parse them leniently in core/peers.py.
 
 Typed errors, modelled on tailscale's own client:
 - TailscaledNotRunning: the socket is missing or refuses connections (with a hint how to start it);
@@ -478,7 +478,7 @@ def netcheck(cli: str, socket_path: str, env: Optional[Dict[str, str]] = None,
              timeout_s: float = 20.0) -> Dict[str, Any]:
     """Run `tailscale netcheck --format=json-line` (NAT and DERP latency report, netcheck.Report).
 
-    The child is killed after timeout_s seconds, and with this process (see children.py).
+    The child is killed after timeout_s seconds, and with this process (see system/children.py).
 
     Raises:
         TailscaleError: when the CLI is missing, fails or prints no JSON.

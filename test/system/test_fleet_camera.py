@@ -15,7 +15,7 @@ Checks (one campus for the module): every stream reaches the viewer over derp (H
 Hz; JPEG, until the encoder publishes H.264: flowing, >= 5 Hz) with a PSNR that only the right
 source frames give, every robot answers the Twist round trip; a late subscriber gets a
 decodable picture within 2 s of its first message. The benchmark
-(bench_fleet.py) reports the numbers against the goals (29 Hz, 38 dB, latency p99 100 ms, Twist
+(lab/bench/fleet.py) reports the numbers against the goals (29 Hz, 38 dB, latency p99 100 ms, Twist
 p99 50 ms); this test keeps margins for a busy 2-core machine.
 """
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """What tailscaled sends with the wrong type or out of range is named (peer and field), not
 passed off as something else; a peer-relay link's endpoint is the relay's ``ip:port`` with the
 VNI in its own field. On recorded tailscaled JSON (test/data), edited as tailscaled would send it,
-and the fake LocalAPI socket of tsfake.py."""
+and the fake LocalAPI socket of testing/tsfake.py."""
 
 from __future__ import annotations
 

@@ -5,7 +5,7 @@
          [--uplink-mbit 30] [--budget-kbps 6000] [--episode-mbit 5] [--episode-s 5] [--no-episode]
     /usr/bin/python3 -m overlay_manager.lab.bench.fleet --replot artifacts/bench_fleet.json
 
-The campus of fleet_camera.py: alpha-robot1..4 in one building whose router drops UDP (every
+The campus of campus/fleet_camera.py: alpha-robot1..4 in one building whose router drops UDP (every
 link to the laptop relayed through DERP) behind a tbf uplink, each playing the real scene
 (640x480 rgb8 30 Hz) into its own link-aware encoder and echoing Twist; ops-laptop in another
 building watches all four streams in one viewer (probe quality) while a 50 Hz Twist round trip

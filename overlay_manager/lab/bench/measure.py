@@ -1,4 +1,4 @@
-"""What the benchmark measures on one path, as it is now (see bench.py for the set-up).
+"""What the benchmark measures on one path, as it is now (see run.py for the set-up).
 
 From the laptop (client) to robot1 (server): ICMP ping RTT, iperf3 TCP throughput and UDP
 jitter/loss at a set bitrate (1200-byte datagrams, which fit every tunnel MTU), and the ROS side:

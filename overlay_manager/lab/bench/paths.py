@@ -1,10 +1,10 @@
-"""The benchmark's five paths between two buildings, and how each is set up (see bench.py).
+"""The benchmark's five paths between two buildings, and how each is set up (see run.py).
 
 ``underlay`` (port forwards in both NATs, building addresses on ``lo``), ``wireguard`` (plain
 wireguard-go behind one port forward), ``ts-direct``, ``ts-derp`` and ``ts-peer-relay``
 (tailscale with overlay names; the last through the fleet's peer relay on the campus server
 network). :class:`PathSetup` gives each path's ROS environment and server address, starts the
-robot side (the lab camera and Twist echo from rosnodes.py) and sets up and removes the port
+robot side (the lab camera and Twist echo from probe/rosnodes.py) and sets up and removes the port
 forwards and the WireGuard tunnel.
 """
 from __future__ import annotations

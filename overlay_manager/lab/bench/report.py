@@ -1,9 +1,9 @@
 """The benchmark's report: bench.md (tables) and bench_paths.png / bench_sweep.png (plots).
 
-Pure rendering of the JSON that bench.py writes (``bench --replot bench.json`` re-renders without
+Pure rendering of the JSON that run.py writes (``bench --replot bench.json`` re-renders without
 a lab). Main table: every metric per path without impairment, with its ratio to the underlay;
 then the launch-to-first-frame times and one table per metric over the impairment sweep.
-``write_report`` and ``replot`` write any lab benchmark's files (bench.py, bench_camera.py).
+``write_report`` and ``replot`` write any lab benchmark's files (run.py, camera.py).
 """
 from __future__ import annotations
 

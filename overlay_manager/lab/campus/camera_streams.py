@@ -1,5 +1,5 @@
 """Camera streams in the lab: which encoded streams of a raw topic exist, the link-aware encoder's
-launch and its CPU, and what a viewer gets (probe_quality.py), for the camera benchmarks, the
+launch and its CPU, and what a viewer gets (probe/quality.py), for the camera benchmarks, the
 fleet test and the demo.
 
 Streams of a raw image topic ``T`` (sensor_msgs/Image from the lab camera):

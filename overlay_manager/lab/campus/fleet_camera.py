@@ -1,5 +1,5 @@
 """A fleet's cameras through one relayed uplink: the set-up shared by the fleet camera benchmark
-(bench_fleet.py) and its system test (test/system/test_fleet_camera.py).
+(bench/fleet.py) and its system test (test/system/test_fleet_camera.py).
 
 ::
 

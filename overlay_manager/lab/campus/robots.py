@@ -5,7 +5,7 @@
     exec roslaunch overlay_manager robot.launch config:=robot.yaml manage_hosts:=true iperf_server:=true
 
 in the host's namespace, where /etc/hosts is the host's own /etc/netns file, so overlay names
-resolve through the node's managed block (MagicDNS is off in the lab). Probes (probe.py) run in the
+resolve through the node's managed block (MagicDNS is off in the lab). Probes (probe/main.py) run in the
 namespace too and return JSON.
 """
 
@@ -84,7 +84,7 @@ def start_tool(lab: Lab, host: str, module_args: Sequence[str], name: str,
 def start_camera(lab: Lab, host: str, topic: str = "/camera/image_raw", rate_hz: float = 30.0,
                  width: int = 640, height: int = 480) -> subprocess.Popen:
     """The lab camera (width x height rgb8 sensor_msgs/Image at rate_hz, the real scene with each
-    frame's index in header.frame_id: rosnodes.py, scene.py) on host."""
+    frame's index in header.frame_id: probe/rosnodes.py, probe/scene.py) on host."""
     return start_tool(lab, host, ["probe.rosnodes", "camera", "--topic", topic, "--rate", str(rate_hz),
                                   "--width", str(width), "--height", str(height)],
                       f"camera{topic.replace('/', '_')}")
@@ -171,7 +171,7 @@ class Recorder:
 
 def run_probe(lab: Lab, host: str, args: Sequence[str], timeout: float = 60.0,
               env: Optional[Mapping[str, str]] = None) -> Dict[str, Any]:
-    """Run probe.py in host's namespace with the ROS env in overlay names; returns its JSON.
+    """Run probe/main.py in host's namespace with the ROS env in overlay names; returns its JSON.
 
     Raises:
         LabError: the probe failed or printed no JSON (its error text is included).

@@ -1,6 +1,6 @@
 """The NAT-matrix model: which path tailscale should find for every pair of NAT kinds (pure).
 
-Used by ``lab nat-matrix`` (matrix.py) to lay out the matrix lab (two buildings per NAT kind, one
+Used by ``lab nat-matrix`` (run.py) to lay out the matrix lab (two buildings per NAT kind, one
 host each) and to put the expected outcome beside each measured cell.
 
 How the expectation is derived (A and B two hosts behind NATs; each knows the other's endpoint

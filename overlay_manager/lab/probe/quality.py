@@ -1,7 +1,7 @@
 """``probe quality``: what a viewer gets of one or more camera streams: rate, latency, bitrate, PSNR.
 
 Runs inside a lab host's namespace (``python3 -m overlay_manager.lab.probe.main quality ...``) and
-prints one JSON document (see probe.py). Each ``--stream KIND:TOPIC`` is one subscription:
+prints one JSON document (see main.py). Each ``--stream KIND:TOPIC`` is one subscription:
 
     raw   sensor_msgs/Image (rgb8 or bgr8)
     jpeg  sensor_msgs/CompressedImage with a JPEG picture per message (the link-aware encoder's

@@ -1,4 +1,4 @@
-"""``probe record``: a lab host's view of the overlay as a stream of JSON lines (see probe.py).
+"""``probe record``: a lab host's view of the overlay as a stream of JSON lines (see main.py).
 
 Runs inside a lab host's namespace (``python3 -m overlay_manager.lab.probe.main record ...``); the
 test process reads the lines while it runs (robots.Recorder). ``t`` is CLOCK_MONOTONIC, the same

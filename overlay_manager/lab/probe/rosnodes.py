@@ -9,9 +9,9 @@
 set to the send time and header.seq counting frames, so a subscriber on another lab host (same
 machine clock) measures rate, gaps and latency. By default it plays a real scene (scene.py: a
 video file scaled and looped, the frame's index in header.frame_id as ``camera#123``) so
-receivers also measure quality (PSNR against the source frame, probe_quality.py). ``echo``
+receivers also measure quality (PSNR against the source frame, quality.py). ``echo``
 republishes every geometry_msgs/Twist it receives unchanged, so the sender measures the round
-trip (see probe.py ``control``).
+trip (see main.py ``control``).
 
 Both need the ROS env of the host (robots.start_tool runs them with ``overlay_env``'s output, the
 way a user starts a node on that machine) and stop on SIGINT/SIGTERM.

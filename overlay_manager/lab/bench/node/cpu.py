@@ -1,6 +1,6 @@
-"""Part 2 of the node benchmark: the node's CPU and memory with N peers (see bench_node.py).
+"""Part 2 of the node benchmark: the node's CPU and memory with N peers (see main.py).
 
-The real node against a fake tailscaled (test/unit/tsfake.py) in a private network namespace
+The real node against a fake tailscaled (overlay_manager/testing/tsfake.py) in a private network namespace
 that has only loopback, with its own roscore; a few peers stream a ROS topic to the node's machine
 (publishers on their overlay IPs added to lo). /proc/<pid>/stat and /status are sampled each second.
 """

@@ -14,7 +14,7 @@
    Both stamp with time.time() (CLOCK_REALTIME of this machine), so
    ``t_ros - t_ts`` is the node's own latency and ``t_ts - t_block`` is tailscaled's.
 2. CPU and memory. The real node (rosrun overlay_manager overlay_manager_node) against a fake
-   tailscaled (test/unit/tsfake.py) serving N peers cloned from test/data/status_direct.json and
+   tailscaled (overlay_manager/testing/tsfake.py) serving N peers cloned from test/data/status_direct.json and
    answering disco pings; own roscore. Both run in a private network namespace that has only
    loopback (plus the node's "overlay" address 100.64.0.1 on lo, so that preflight passes as on a
    real machine): nothing leaves this machine. Default node settings, iperf_server false.
@@ -31,10 +31,10 @@
 Writes artifacts/bench_node.json and prints a markdown table. Everything it starts is stopped by
 pid; the lab run is torn down by Lab.down().
 
-This module is the command line and the order of the runs; the rest lives in bench_node_path.py
-(1.), bench_node_cpu.py (2., with the fake tailscaled and the topic publishers), bench_node_ns.py
-(the helpers that run inside a namespace: ``bench_node _watch-status`` etc.), bench_node_report.py
-(summary and table) and bench_node_common.py (paths, progress lines, the children's environment).
+This module is the command line and the order of the runs; the rest lives in path.py (1.),
+cpu.py (2., with the fake tailscaled and the topic publishers), ns.py (the helpers that run inside
+a namespace: ``bench_node _watch-status`` etc.), report.py (summary and table) and common.py
+(paths, progress lines, the children's environment).
 """
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Part 1 of the node benchmark: path-change latency in the lab (see bench_node.py).
+"""Part 1 of the node benchmark: path-change latency in the lab (see main.py).
 
 A fresh lab run of config/lab/two_buildings.yaml; UDP blocked and unblocked at building b1 while
 two watchers in the laptop's namespace (bench_node_ns) report tailscaled's view and the node's
