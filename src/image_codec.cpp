@@ -171,13 +171,28 @@ ImageDecoder::~ImageDecoder()
   tjDestroy(static_cast<tjhandle>(tj_));
 }
 
+void ImageDecoder::resetTurbo()
+{
+  // libturbojpeg (2.1) keeps a failed header's state in its handle: every later JPEG then fails
+  // with the same error. A new handle forgets it.
+  tjhandle fresh = tjInitDecompress();
+  if (!fresh)
+    return;  // keep the old one: out of memory is not this message's fault
+  tjDestroy(static_cast<tjhandle>(tj_));
+  tj_ = fresh;
+}
+
 sensor_msgs::ImagePtr ImageDecoder::decodeJpeg(const sensor_msgs::CompressedImage& in, const std::string& encoding)
 {
   int width = 0, height = 0, subsamp = 0, colorspace = 0;
   unsigned char* src = const_cast<unsigned char*>(in.data.data());
   const unsigned long len = in.data.size();
   if (tjDecompressHeader3(static_cast<tjhandle>(tj_), src, len, &width, &height, &subsamp, &colorspace) != 0)
-    throw CodecError("corrupt JPEG header (" + std::to_string(len) + " bytes): " + turboError(tj_));
+  {
+    const std::string why = turboError(tj_);
+    resetTurbo();
+    throw CodecError("corrupt JPEG header (" + std::to_string(len) + " bytes): " + why);
+  }
   const std::string over = limits_.checkPicture(static_cast<uint64_t>(std::max(width, 0)),
                                                 static_cast<uint64_t>(std::max(height, 0)));
   if (width <= 0 || height <= 0 || !over.empty())
@@ -198,8 +213,12 @@ sensor_msgs::ImagePtr ImageDecoder::decodeJpeg(const sensor_msgs::CompressedImag
   // a warning (a truncated file, a corrupt segment) stops the decoder: never a half-grey picture
   if (tjDecompress2(static_cast<tjhandle>(tj_), src, len, out->data.data(), width, static_cast<int>(out->step),
                     height, pixel_format, TJFLAG_STOPONWARNING) != 0)
+  {
+    const std::string why = turboError(tj_);
+    resetTurbo();
     throw CodecError("truncated or corrupt JPEG (" + std::to_string(len) + " bytes, " + std::to_string(width) + "x" +
-                     std::to_string(height) + "): " + turboError(tj_));
+                     std::to_string(height) + "): " + why);
+  }
   return out;
 }
 

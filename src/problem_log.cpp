@@ -52,7 +52,31 @@ bool ProblemLog::report(ros::console::levels::Level level, const std::string& ki
 
 std::string ProblemLog::kindOf(const std::string& what)
 {
-  return what.substr(0, what.find_first_of("0123456789('\""));
+  // the message's template: numbers -> '#', quoted names -> '...', nothing after a parenthesis
+  std::string kind;
+  for (size_t i = 0; i < what.size() && kind.size() < 200; ++i)
+  {
+    const char c = what[i];
+    if (c == '(')
+      break;
+    if (c >= '0' && c <= '9')
+    {
+      while (i + 1 < what.size() && what[i + 1] >= '0' && what[i + 1] <= '9')
+        ++i;
+      kind += '#';
+    }
+    else if (c == '\'' || c == '"')
+    {
+      const size_t end = what.find(c, i + 1);
+      if (end == std::string::npos)
+        break;
+      kind += "'...'";
+      i = end;
+    }
+    else
+      kind += c;
+  }
+  return kind;
 }
 
 uint64_t ProblemLog::count(const std::string& kind) const

@@ -105,7 +105,7 @@ sensor_msgs::ImagePtr H264ViewerDecoder::decode(const sensor_msgs::CompressedIma
         break;
       default:  // a loss: no picture until the next keyframe
         requestKeyframe();
-        log_.report(ros::console::levels::Warn, kindOf(s),
+        log_.report(ros::console::levels::Warn, std::string(kindOf(s)) + ": " + ProblemLog::kindOf(error),
                     error + " (dropped so far: " + std::to_string(c.dropped()) + " of " +
                         std::to_string(c.dropped() + c.frames) + " messages; " + std::to_string(c.missing_reference) +
                         " losses, " + std::to_string(c.refused) + " over a limit, " + std::to_string(c.errors) +
@@ -140,10 +140,7 @@ sensor_msgs::ImagePtr ImageViewerDecoder::decode(const sensor_msgs::CompressedIm
   catch (const CodecError& e)
   {
     ++dropped_;
-    // the kind: the message up to its first number or parenthesis (same problem, other sizes)
-    std::string what = e.what();
-    const size_t cut = what.find_first_of("0123456789(");
-    log_.report(ros::console::levels::Warn, what.substr(0, cut),
+    log_.report(ros::console::levels::Warn, ProblemLog::kindOf(e.what()),
                 std::string("cannot decode a frame: ") + e.what() + " (" + std::to_string(dropped_) + " dropped so far)");
   }
   catch (const std::exception& e)  // OpenCV or memory: a viewer keeps running

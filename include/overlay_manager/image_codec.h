@@ -76,6 +76,8 @@ public:
 private:
   sensor_msgs::ImagePtr decodeJpeg(const sensor_msgs::CompressedImage& in, const std::string& encoding);
   sensor_msgs::ImagePtr decodePng(const sensor_msgs::CompressedImage& in, const std::string& encoding);
+  /// A new libturbojpeg handle after an error (the old one keeps the failed state).
+  void resetTurbo();
   void* tj_;
   ImageLimits limits_;
 };

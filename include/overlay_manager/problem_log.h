@@ -28,8 +28,9 @@ public:
   /// True when it logged.
   bool report(ros::console::levels::Level level, const std::string& kind, const std::string& what);
 
-  /// A kind for a free-text problem: its words up to the first number, quote or parenthesis (the
-  /// same problem with other sizes or names is one kind).
+  /// A kind for a free-text problem: its template, numbers as '#', quoted names as '...', up to the
+  /// first parenthesis (the same problem with other sizes or names is one kind, another problem
+  /// another kind).
   static std::string kindOf(const std::string& what);
 
   /// Occurrences of `kind` so far.

@@ -3,6 +3,7 @@
 // truncated files, headers that claim huge pictures. Real scene: OpenCV's vtest.avi.
 #include "overlay_manager/image_codec.h"
 #include "overlay_manager/image_rules.h"
+#include "overlay_manager/problem_log.h"
 
 #include <cv_bridge/cv_bridge.h>
 #include <gtest/gtest.h>
@@ -246,6 +247,36 @@ TEST(JpegDecoder, ForeignFormatStringsGetHonestLabels)
   EXPECT_EQ(decoder.decode(compressed("rgb16; jpeg compressed bgr8", jpegOf(bgr)))->encoding, "bgr8");
   EXPECT_EQ(decoder.decode(compressed("rgb8; jpeg compressed bgr8", jpegOf(bgr)))->encoding, "rgb8");
   EXPECT_EQ(decoder.decode(compressed("", jpegOf(grey)))->encoding, "mono8");
+}
+
+TEST(JpegDecoder, ABadJpegDoesNotStopTheNextGoodOne)
+{
+  // libturbojpeg kept a failed header's state: every later JPEG failed with the same error
+  const std::vector<uint8_t> good = jpegOf(scene(64, 48));
+  std::vector<uint8_t> bad = { 0xFF, 0xD8, 0xFF, 0xAA };
+  bad.resize(204, 0x55);
+  std::vector<uint8_t> half(good.begin(), good.begin() + good.size() / 2);
+  ImageDecoder decoder;
+  for (const std::vector<uint8_t>* hostile : { &bad, &half })
+  {
+    EXPECT_THROW(decoder.decode(compressed("bgr8; jpeg compressed bgr8", *hostile)), CodecError);
+    const sensor_msgs::ImagePtr next = decoder.decode(compressed("bgr8; jpeg compressed bgr8", good));
+    ASSERT_TRUE(next);
+    EXPECT_EQ(next->width, 64u);
+  }
+}
+
+TEST(ProblemLog, KindsAreTemplatesNotCallSites)
+{
+  using overlay_manager::ProblemLog;
+  EXPECT_EQ(ProblemLog::kindOf("data holds 100 bytes, less than step 5760 x height 1080 (6220800)"),
+            ProblemLog::kindOf("data holds 7 bytes, less than step 30 x height 2 (60)"));
+  EXPECT_NE(ProblemLog::kindOf("'32FC1' is not a picture the link-aware transports encode"),
+            ProblemLog::kindOf("'8UC3' is a generic 3-channel type"));
+  EXPECT_EQ(ProblemLog::kindOf("'32FC1' is not a picture"), ProblemLog::kindOf("'64FC1' is not a picture"));
+  EXPECT_NE(ProblemLog::kindOf("message has more than max_nal_units 1024 NAL units"),
+            ProblemLog::kindOf("SPS 0: picture 16000x16000 exceeds max_width 8192"));
+  EXPECT_EQ(ProblemLog::kindOf("bad 'x"), "bad ") << "an unclosed quote keeps the words before it";
 }
 
 TEST(JpegDecoder, TruncatedAndHugeAndForeignDataAreErrors)
