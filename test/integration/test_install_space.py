@@ -90,7 +90,7 @@ def test_overlay_env_help_and_env_file(install):
 
 
 def test_roslaunch_files_robot_launch(install):
-    out = in_install(install, "roslaunch --files overlay_manager robot.launch config:=/nonexistent.yaml")
+    out = in_install(install, "roslaunch --files overlay_manager robot.launch config:=/nonexistent.yaml ns:=robot1")
     assert out.returncode == 0, out.stderr
     assert str(install / "share" / "overlay_manager" / "launch" / "robot.launch") in out.stdout
     out = in_install(install, "roslaunch --files overlay_manager diagnostics.launch gui:=false")

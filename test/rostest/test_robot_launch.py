@@ -215,3 +215,27 @@ def test_camera_params_file_reaches_each_stream(tmp_path):
     assert params[f"{node}/link_aware_h264/crf"] == 23
     assert params[f"{node}/link_aware_h264/video_budget_kbps_derp"] == 2400
     assert params[f"{node}/link_aware/budget_kbps_derp"] == 8000
+
+
+def test_without_a_namespace_nothing_starts(tmp_path):
+    """robot.launch started by hand without overlay_env (no OVERLAY_MANAGER_NS) and without ns:=
+    stops at once with the fix on one line, before roscore or any node starts: no machine runs
+    under a namespace another machine would also take."""
+    fake = FakeTailscaled()
+    try:
+        port = free_port()
+        env = ros_env(port, tmp_path / "roshome", tmp_path / "roslog",
+                      drop=("OVERLAY_MANAGER_HOST", "OVERLAY_MANAGER_NS", "OVERLAY_MANAGER_CONFIG"))
+        config = write_robot_config(tmp_path / "robot.yaml", fake.socket_path)
+        t0 = time.monotonic()
+        out = subprocess.run(["roslaunch", "-p", str(port), "overlay_manager", "robot.launch", f"config:={config}"],
+                             capture_output=True, text=True, env=env, timeout=60, check=False)
+        text = out.stdout + out.stderr
+        assert out.returncode != 0, text[-2000:]
+        (line,) = [x for x in text.splitlines() if "OVERLAY_MANAGER_NS" in x]
+        assert 'ROS_ENV="$(rosrun overlay_manager overlay_env)" && eval "$ROS_ENV"' in line and "ns:=" in line
+        assert "started roslaunch server" not in text and "auto-starting new master" not in text, text[-2000:]
+        assert fake.requests == [], "the overlay node started"
+        print(f"refused in {time.monotonic() - t0:.1f} s: {line.strip()}")
+    finally:
+        fake.close()

@@ -4,12 +4,15 @@ without a default are exactly the ones meant to be required.
 roslaunch's ros-args listing shows an argument without doc= under "Required Arguments" with no
 explanation, so an undocumented argument reads as required and unexplained. An argument with
 neither default= nor value= must be given on the command line: none of ours is meant to be.
+robot.launch's namespace comes from OVERLAY_MANAGER_NS or ns:=, never from a fallback shared by
+every machine (roslaunch's own loader says which node it would start, or why it refuses).
 """
 from __future__ import annotations
 
+import re
 import xml.etree.ElementTree as ET
 from pathlib import Path
-from typing import Dict, List
+from typing import Dict, List, Optional
 
 import pytest
 
@@ -90,3 +93,42 @@ def test_rosbridge_defaults_are_narrow():
         assert not any(fnmatch.fnmatch(name, g) for g in services), name
     for name in (f"{node}/config", "/robot_description", "/run_id", "/rosdistro", "/a/b"):
         assert not any(fnmatch.fnmatch(name, g) for g in params), name
+
+
+def _robot_launch_nodes(monkeypatch, env_ns: Optional[str], *args: str) -> List[str]:
+    """The nodes robot.launch starts (full names), loaded by roslaunch's own XML loader with
+    OVERLAY_MANAGER_NS set to env_ns (None: unset) and args on the command line."""
+    xmlloader = pytest.importorskip("roslaunch.xmlloader", reason="roslaunch not installed (scripts/setup)")
+    from roslaunch.config import ROSLaunchConfig
+    if env_ns is None:
+        monkeypatch.delenv("OVERLAY_MANAGER_NS", raising=False)
+    else:
+        monkeypatch.setenv("OVERLAY_MANAGER_NS", env_ns)
+    config = ROSLaunchConfig()
+    xmlloader.XmlLoader().load(str(LAUNCH / "robot.launch"), config, argv=["roslaunch", *args], verbose=False)
+    return [n.namespace + n.name for n in config.nodes]
+
+
+def test_robot_launch_namespace_from_overlay_env_or_ns_arg(monkeypatch):
+    assert _robot_launch_nodes(monkeypatch, "alpha_robot1") == ["/alpha_robot1/overlay_manager"]
+    assert _robot_launch_nodes(monkeypatch, None, "ns:=h_4th_robot") == ["/h_4th_robot/overlay_manager"]
+    assert _robot_launch_nodes(monkeypatch, "alpha_robot1", "ns:=robot9") == ["/robot9/overlay_manager"]
+
+
+@pytest.mark.parametrize("args", [(), ("ns:=",)], ids=["no ns", "empty ns"])
+def test_robot_launch_refuses_to_start_without_a_namespace(monkeypatch, args):
+    """No silent shared namespace: without OVERLAY_MANAGER_NS (what overlay_env exports) and
+    without ns:=, two machines would both be /<fallback>/overlay_manager on one master; roslaunch
+    stops before anything starts, with the fix on one line."""
+    from roslaunch.core import RLException
+    with pytest.raises(RLException) as err:
+        _robot_launch_nodes(monkeypatch, None, *args)
+    text = str(err.value)
+    assert "\n" not in text and "OVERLAY_MANAGER_NS" in text and "ns:=alpha_robot1" in text
+    assert 'ROS_ENV="$(rosrun overlay_manager overlay_env)" && eval "$ROS_ENV"' in text
+
+
+def test_no_launch_file_falls_back_to_a_shared_namespace():
+    for path in FILES:
+        fallback = re.findall(r"\$\(optenv OVERLAY_MANAGER_NS [^)]+\)", path.read_text())
+        assert not fallback, f"{path.name}: {fallback}: a fixed namespace when OVERLAY_MANAGER_NS is unset"
