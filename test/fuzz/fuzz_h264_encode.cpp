@@ -6,8 +6,8 @@
 // into a picture of the coded size.
 //
 // Speed: honest pictures are at most 96x96; encoders are kept between inputs, one per picture size
-// (up to 8, and one for all kBigSides inputs; flag kAlt uses a fresh one instead), each with a
-// decoder that follows its stream.
+// (the 32 used last, and one for all kBigSides inputs; flag kFresh uses a fresh one instead), each
+// with a decoder that follows its stream.
 //
 // Checked beyond "no crash, no sanitizer report": a refusal has a reason; a packet is non-empty,
 // carries the pts, is an IDR with SPS and PPS when a keyframe was due; its decoder returns a
@@ -19,6 +19,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <list>
 #include <map>
 #include <memory>
 #include <string>
@@ -68,11 +69,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size)
   if (!fuzz_input::parse(data, size, &f))
     return 0;
   static std::map<std::pair<uint32_t, uint32_t>, std::unique_ptr<Stream>> streams;
+  static std::list<std::pair<uint32_t, uint32_t>> recent;  // keys of `streams`, the last used first
   static int64_t pts = 0;
 
   std::unique_ptr<Stream> fresh;
   Stream* s = nullptr;
-  if (f.flags & fuzz_input::kAlt)
+  if (f.flags & fuzz_input::kFresh)
   {
     fresh = openStream();
     s = fresh.get();
@@ -85,10 +87,18 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size)
     auto it = streams.find(key);
     if (it == streams.end())
     {
-      if (streams.size() >= 8)
-        streams.clear();
+      if (streams.size() >= 32)
+      {
+        streams.erase(recent.back());
+        recent.pop_back();
+      }
       it = streams.emplace(key, openStream()).first;
     }
+    else
+    {
+      recent.remove(key);
+    }
+    recent.push_front(key);
     s = it->second.get();
   }
   if (f.flags & fuzz_input::kBitrate)

@@ -9,8 +9,8 @@
 //       int), high 5 bits the amount
 //   [4] data size: low 3 bits the mode (exact step*height, short, long, 0, arbitrary, the bytes
 //       left in the input, half, width*bpp*height ignoring step), high 5 bits the amount
-//   [5] flags (kBigSides, kBigEndian, kAlt: PNG instead of JPEG / a fresh H.264 encoder,
-//       kKeyframe: request an IDR, kBitrate: change the bit rate first)
+//   [5] flags (kBigSides, kBigEndian, kAlt: PNG instead of JPEG, kKeyframe: request an IDR,
+//       kBitrate: change the bit rate first, kFresh: a fresh H.264 encoder)
 //   [6] quality (JPEG 1..100, PNG level 1..9, H.264 bit rate)
 //   [7] unused (kept for later fields)
 // The data buffer has exactly the claimed size (a heap block of its own, so AddressSanitizer sees a
@@ -21,10 +21,12 @@
 
 #include <sensor_msgs/image_encodings.h>
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -64,6 +66,7 @@ enum Flags : uint8_t
   kAlt = 4,
   kKeyframe = 8,
   kBitrate = 16,
+  kFresh = 32,
 };
 
 /// Bytes of one pixel, as sensor_msgs says (3 for a name it does not know: a plausible guess).
@@ -149,10 +152,18 @@ inline bool parse(const uint8_t* in, size_t size, RawFrame* f)
   if (bytes > kMaxData)
     bytes = kMaxData;
   f->data.resize(static_cast<size_t>(bytes));
-  const uint8_t* px = in + kHeaderBytes;
-  if (pixels > 0)
-    for (size_t i = 0; i < f->data.size(); ++i)
-      f->data[i] = px[i % pixels];
+  // the pixel bytes repeated: one copy, then doubling (a byte loop here was most of the run time)
+  uint8_t* out = f->data.data();
+  const size_t n = f->data.size();
+  size_t filled = std::min(n, pixels);
+  if (filled > 0)
+    std::memcpy(out, in + kHeaderBytes, filled);
+  while (filled > 0 && filled < n)
+  {
+    const size_t chunk = std::min(filled, n - filled);
+    std::memcpy(out + filled, out, chunk);
+    filled += chunk;
+  }
   return true;
 }
 

@@ -386,7 +386,8 @@ def raw_lie(encoding: str, *, width: int, height: int, step: int, size: int, fla
 
 
 BIG = 1  # fuzz_input.h kBigSides
-ALT = 4  # kAlt: PNG / a fresh H.264 encoder
+ALT = 4  # kAlt: PNG instead of JPEG
+FRESH = 32  # kFresh: a fresh H.264 encoder
 
 
 def raw_seeds() -> Iterator[Tuple[str, bytes]]:
@@ -395,6 +396,7 @@ def raw_seeds() -> Iterator[Tuple[str, bytes]]:
               "yuv422", "16UC1", "32FC1", "8UC3", "8UC1", "64FC1"]
     for i, e in enumerate(honest):
         yield f"raw-{e}-32x24", raw_seed(e, scene(VTEST, 32, 24, 5 + i), flags=ALT if i % 3 == 0 else 0)
+    yield "raw-bgr8-48x32-fresh-encoder", raw_seed("bgr8", scene(MEGAMIND, 48, 32), flags=FRESH | ALT)
     for e in ("rgb8", "bgr8", "mono8"):
         yield f"raw-{e}-96x96", raw_seed(e, scene(MEGAMIND, 96, 96))
         yield f"raw-{e}-33x25-padded", raw_seed(e, scene(VTEST, 33, 25), pad=5, flags=ALT)
