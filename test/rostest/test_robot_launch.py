@@ -232,7 +232,7 @@ def test_without_a_namespace_nothing_starts(tmp_path):
                              capture_output=True, text=True, env=env, timeout=60, check=False)
         text = out.stdout + out.stderr
         assert out.returncode != 0, text[-2000:]
-        (line,) = [x for x in text.splitlines() if "OVERLAY_MANAGER_NS" in x]
+        (line,) = (x for x in text.splitlines() if "OVERLAY_MANAGER_NS" in x)
         assert 'ROS_ENV="$(rosrun overlay_manager overlay_env)" && eval "$ROS_ENV"' in line and "ns:=" in line
         assert "started roslaunch server" not in text and "auto-starting new master" not in text, text[-2000:]
         assert fake.requests == [], "the overlay node started"
