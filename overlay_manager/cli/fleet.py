@@ -17,7 +17,9 @@
 
 The global options (-f, -d, --headscale) go before or after the command. Only the commands
 that talk to headscale need its binary (serve, policy, bundle, status, revoke, rotate).
-Errors print ``fleet: error: ...`` (one line) on stderr and exit with status 2.
+Errors print ``fleet: error: ...`` (one line) on stderr and exit with status 2. A headscale
+binary whose version is not a supported one (or cannot be told) gets one ``fleet: warning: ...``
+line naming it, the version found and the supported range (init and every command that runs it).
 
 Adding a command: write ``cmd_<name>(args) -> int`` and, if it takes options, an
 ``_args_<name>(parser)``; add one :class:`Verb` to :data:`VERBS`.
@@ -46,6 +48,7 @@ from overlay_manager.fleet.deploy import (
     renew_server_cert,
     write_derp_map,
 )
+from overlay_manager.fleet.headscale import find_headscale, version_problem
 from overlay_manager.fleet.model import FleetConfig, FleetError
 from overlay_manager.fleet.ops import fleet_status, revoke, rotate, sync_tags
 from overlay_manager.fleet.policy import render_policy
@@ -107,7 +110,16 @@ def _open(args: argparse.Namespace, needed_for: str = "") -> Deployment:
     dep = Deployment.open(args.deployment, args.headscale)
     if needed_for:
         dep.headscale = dep.binary(needed_for)
+        _check_version(dep.headscale)
     return dep
+
+
+def _check_version(binary: str) -> None:
+    """One ``fleet: warning:`` line on stderr when ``binary``'s headscale version is not a
+    supported one or cannot be told (it may still work: the line says why it may not)."""
+    problem = version_problem(binary)
+    if problem:
+        print(f"fleet: warning: {problem}", file=sys.stderr)
 
 
 def _print_notices(notices: List[tls.CertNotice]) -> bool:
@@ -138,6 +150,12 @@ def revoked_hosts(dep: Deployment, hosts: List[str]) -> List[str]:
 
 def cmd_init(args: argparse.Namespace) -> int:
     fleet = load_fleet(args.fleet)
+    try:  # the headscale init records (and runs, to check a changed policy), if there is one
+        binary = args.headscale or find_headscale()
+    except FleetError:
+        binary = ""  # init needs none
+    if binary:
+        _check_version(binary)
     crt = Path(args.deployment).expanduser().resolve() / "tls" / "server.crt"
     before = tls.not_after(crt) if crt.exists() else None
     dep = init_deployment(fleet, args.deployment, args.headscale)

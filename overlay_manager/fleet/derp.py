@@ -66,6 +66,8 @@ _REGION_KEYS = ("id", "name", "servers")
 _SERVER_KEYS = ("host", "address", "hostname", "port", "stun_port", "http_port")
 _UNSAFE = re.compile(r"[^a-zA-Z0-9.-]")
 _TEMPLATE_VAR = re.compile(r"@([A-Z_]+)@")
+#: The derper unit's template in config/systemd/.
+DERPER_TEMPLATE = "derper.service.in"
 
 
 @dataclass(frozen=True)
@@ -317,6 +319,8 @@ def derper_settings(server: DerpServer) -> DerperSettings:
 
 
 def template_path() -> Path:
-    """``config/systemd/derper.service.in`` next to this package (source checkout; the install
-    space keeps the same layout under share/overlay_manager)."""
-    return Path(__file__).resolve().parents[2] / "config" / "systemd" / "derper.service.in"
+    """``config/systemd/derper.service.in`` of this package (source checkout or installed copy:
+    :func:`overlay_manager.fleet.unit.template_path`)."""
+    from overlay_manager.fleet.unit import template_path as find  # unit -> model -> derp: import here
+
+    return find(name=DERPER_TEMPLATE)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 from dataclasses import dataclass
@@ -17,11 +18,18 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple, Union
 
 from overlay_manager.core.rfc3339 import parse_rfc3339
-from overlay_manager.core.validation import redact
+from overlay_manager.core.validation import redact, shorten
 from overlay_manager.fleet.model import FleetError
 
 #: Seconds one CLI call may take before it is abandoned.
 CLI_TIMEOUT_S = 30.0
+
+#: headscale versions the fleet tool supports: at least the first, below the second. The config
+#: it writes, the CLI flags it passes and the JSON it reads are headscale 0.29's.
+SUPPORTED_VERSIONS = ((0, 29, 0), (0, 30, 0))
+#: The version the tests run against (scripts/setup builds it; docs/fleet.md installs it).
+TESTED_VERSION = "v0.29.0"
+_VERSION = re.compile(r"(?<![\w.])v?(\d+)\.(\d+)\.(\d+)(-[0-9A-Za-z.-]+)?")
 
 def _checkout_headscale() -> Optional[str]:
     """``<repo>/.tools/bin/headscale`` when running from a source checkout, else None."""
@@ -63,6 +71,62 @@ def find_headscale(explicit: Union[str, Path, None] = None, needed_for: str = ""
     raise FleetError(f"{needed_for or 'this command'} needs the headscale binary (v0.29), which "
                      f"was not found{tried}: pass --headscale PATH or set HEADSCALE_BIN=PATH (or put "
                      "headscale on PATH; in a source checkout scripts/setup builds .tools/bin/headscale)")
+
+
+def supported_range() -> str:
+    """The supported headscale versions in words: ``>= 0.29.0, < 0.30.0; tested: v0.29.0``."""
+    low, high = (".".join(map(str, v)) for v in SUPPORTED_VERSIONS)
+    return f">= {low}, < {high}; tested: {TESTED_VERSION}"
+
+
+def parse_version(text: str) -> Optional[Tuple[Tuple[int, int, int], bool]]:
+    """The version in ``headscale version``'s output: ((major, minor, patch), pre-release), or None.
+
+    Reads the first line that names a version: ``headscale version v0.29.0`` (0.26 and later),
+    ``v0.22.3`` (older releases), ``0.29.1-beta.1``; a build without a version says ``dev``: None.
+    A ``-dirty`` suffix (a build from a modified tree) is not a pre-release.
+    """
+    for line in text.splitlines():
+        m = _VERSION.search(line)
+        if m:
+            suffix = re.sub(r"-?dirty$", "", m.group(4) or "")
+            return (int(m.group(1)), int(m.group(2)), int(m.group(3))), bool(suffix)
+    return None
+
+
+def version_problem(binary: Union[str, Path], timeout: float = 10.0) -> Optional[str]:
+    """One line saying what is wrong with ``binary``'s version, or None when it is supported.
+
+    Runs ``binary version``. Outside :data:`SUPPORTED_VERSIONS` (a pre-release counts as below
+    its version), not answering, or answering something without a version (a ``go build`` in the
+    module directory prints ``dev``): the line names the binary, what it reported and
+    :func:`supported_range`. The fleet tool prints it as a warning: headscale may still work.
+    """
+    def line(found: str, why: str = "") -> str:
+        return (f"{binary}{found} (supported: {supported_range()}){why}: install headscale "
+                f"{TESTED_VERSION} (docs/fleet.md, \"Install the control server\")")
+
+    try:
+        proc = subprocess.run([str(binary), "version"], capture_output=True, text=True, timeout=timeout,
+                              env={k: v for k, v in os.environ.items() if not k.startswith("HEADSCALE_")},
+                              stdin=subprocess.DEVNULL, check=False)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        why = f"no answer within {timeout:.0f} s" if isinstance(e, subprocess.TimeoutExpired) \
+            else (e.strerror or str(e))
+        return line(f": cannot tell its version: `headscale version` failed: {why}")
+    out = (proc.stdout or "") + (proc.stderr or "")
+    parsed = parse_version(out) if proc.returncode == 0 else None
+    if parsed is None:
+        first = next((s.strip() for s in out.splitlines() if s.strip()), "")
+        status = f", exit status {proc.returncode}" if proc.returncode else ""
+        return line(f": cannot tell its version: `headscale version` printed {shorten(first, 80)}{status}")
+    number, pre = parsed
+    low, high = SUPPORTED_VERSIONS
+    if low <= number < high and not (pre and number == low):
+        return None
+    found = "v" + ".".join(map(str, number)) + (" (a pre-release)" if pre else "")
+    return line(f" is headscale {found}, which fleet does not support",
+                "; the config it writes, the CLI flags it passes and the JSON it reads are 0.29's")
 
 
 def parse_time(value: Any) -> Optional[datetime]:

@@ -16,10 +16,11 @@ TEMPLATE = "headscale.service.in"
 _FIELD = re.compile(r"@([A-Z_]+)@")
 
 
-def template_path(start: Optional[Path] = None) -> Path:
-    """``config/systemd/headscale.service.in`` of this package: the source checkout's
-    (``<repo>/config``, next to package.xml) or the install space's
-    (``<prefix>/share/overlay_manager/config``).
+def template_path(start: Optional[Path] = None, name: str = TEMPLATE) -> Path:
+    """``config/systemd/<name>`` of this package (default: headscale's unit template): the source
+    checkout's (``<repo>/config``, next to package.xml) or an installed copy's
+    (``<prefix>/share/overlay_manager/config``: a catkin install space, or the prefix a pip install
+    put the package in, such as a venv, /usr/local or ~/.local).
 
     Raises:
         FleetError: naming where it looked.
@@ -27,14 +28,14 @@ def template_path(start: Optional[Path] = None) -> Path:
     here = (start or Path(__file__)).resolve()
     looked: List[str] = []
     for d in here.parents:
-        for cand in (d / "config" / "systemd" / TEMPLATE,
-                     d / "share" / "overlay_manager" / "config" / "systemd" / TEMPLATE):
+        for cand in (d / "config" / "systemd" / name,
+                     d / "share" / "overlay_manager" / "config" / "systemd" / name):
             if cand.is_file() and (cand.parents[2] / "package.xml").is_file():
                 return cand
             looked.append(str(cand))
-    raise FleetError(f"the unit template {TEMPLATE} is missing from this installation (looked in "
-                     f"{looked[0]} and the install space's share/overlay_manager/config/systemd); "
-                     "reinstall overlay_manager")
+    raise FleetError(f"the unit template {name} is missing from this installation (looked in "
+                     f"{looked[0]} and share/overlay_manager/config/systemd of every directory "
+                     "above it); reinstall overlay_manager")
 
 
 def _systemd_quote(arg: str) -> str:

@@ -69,6 +69,22 @@ def stop(proc: subprocess.Popen, timeout: float = 10.0) -> None:
     children.stop(proc, timeout)
 
 
+def loopback_fleet(path: Path, name: str, teams: Dict[str, Any]) -> Path:
+    """Write a fleet file to ``path`` whose headscale serves on loopback only: HTTPS (TLS from the
+    generated CA), gRPC and STUN on free ports, auth keys valid for an hour."""
+    port, grpc, stun = free_port(), free_port(), free_port(socket.SOCK_DGRAM)
+    path.write_text(yaml.safe_dump({
+        "fleet": name,
+        "base_domain": "fleet.internal",
+        "server": {"url": f"https://127.0.0.1:{port}", "listen": f"127.0.0.1:{port}",
+                   "grpc_listen": f"127.0.0.1:{grpc}",
+                   "derp": {"stun_listen": f"127.0.0.1:{stun}"}},
+        "keys": {"auth_key_expiry": "1h"},
+        "teams": teams,
+    }))
+    return path
+
+
 @dataclass
 class Server:
     root: Path
@@ -84,18 +100,9 @@ def server() -> Iterator[Server]:
     root = Path(tempfile.mkdtemp(prefix="fleet-it-", dir="/tmp"))
     procs: List[subprocess.Popen] = []
     try:
-        port, grpc, stun = free_port(), free_port(), free_port(socket.SOCK_DGRAM)
-        fleet_file = root / "fleet.yaml"
-        fleet_file.write_text(yaml.safe_dump({
-            "fleet": "ittest",
-            "base_domain": "fleet.internal",
-            "server": {"url": f"https://127.0.0.1:{port}", "listen": f"127.0.0.1:{port}",
-                       "grpc_listen": f"127.0.0.1:{grpc}",
-                       "derp": {"stun_listen": f"127.0.0.1:{stun}"}},
-            "keys": {"auth_key_expiry": "1h"},
-            "teams": {"alpha": {"robots": ["alpha-robot1", "alpha-robot2"], "operators": ["alpha-op"]},
-                      "bravo": {"robots": ["bravo-robot1"]}},
-        }))
+        fleet_file = loopback_fleet(root / "fleet.yaml", "ittest", {
+            "alpha": {"robots": ["alpha-robot1", "alpha-robot2"], "operators": ["alpha-op"]},
+            "bravo": {"robots": ["bravo-robot1"]}})
         fleet = load_fleet(fleet_file)
         dep = init_deployment(fleet, root / "hs", headscale=str(HEADSCALE))
         log = root / "headscale.log"

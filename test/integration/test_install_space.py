@@ -124,13 +124,18 @@ def test_source_checkout_tools_are_not_installed(install):
 
 
 def test_installed_fleet_reads_its_unit_template(install):
-    """`fleet serve --unit` reads config/systemd/headscale.service.in from the install space."""
+    """`fleet serve --unit` reads config/systemd/headscale.service.in from the install space, and a
+    derper host's bundle derper.service.in."""
     out = in_install(install, "python3 -c 'from overlay_manager.fleet.unit import template_path, render_unit; "
                               "print(template_path()); print(render_unit(\"lab\", [\"/usr/bin/headscale\"]))'")
     assert out.returncode == 0, out.stderr
     path = out.stdout.splitlines()[0]
     assert path == str(install / "share" / "overlay_manager" / "config" / "systemd" / "headscale.service.in")
     assert "ExecStart=/usr/bin/headscale" in out.stdout and "fleet lab" in out.stdout
+    out = in_install(install, "python3 -c 'from overlay_manager.fleet.derp import template_path; "
+                              "print(template_path())'")
+    assert out.returncode == 0 and out.stdout.strip() == str(Path(path).with_name("derper.service.in")), \
+        out.stdout + out.stderr
 
 
 def test_installed_fleet_never_looks_next_to_its_files(install):

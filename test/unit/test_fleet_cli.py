@@ -148,3 +148,55 @@ def test_template_with_an_unknown_field_is_named(tmp_path: Path) -> None:
         render_unit("lab", ["/bin/true"], bad)
     assert str(bad) in str(info.value)
     assert render_unit("lab", ["/x y/hs", "50%"]).count('ExecStart="/x y/hs" 50%%\n') == 1
+
+
+@pytest.mark.parametrize("text,expected", [
+    ("headscale version v0.29.0\ncommit: unknown\nbuilt with: go1.26.8 linux/amd64\n", ((0, 29, 0), False)),
+    ("v0.22.3\n", ((0, 22, 3), False)),                               # releases before 0.26
+    ("headscale version 0.29.1-beta.1\n", ((0, 29, 1), True)),
+    ("headscale version v0.29.3-dirty\n", ((0, 29, 3), False)),        # a modified tree, not a pre-release
+    ("headscale version dev\ncommit: unknown\nbuilt with: go1.26.8 linux/amd64\n", None),  # go build in the module
+    ("", None),
+])
+def test_headscale_version_is_read_from_its_output(text: str, expected: object) -> None:
+    assert headscale.parse_version(text) == expected
+
+
+def fake_headscale(d: Path, output: str, status: int = 0) -> Path:
+    exe = d / "headscale"
+    exe.write_text(f"#!/bin/sh\nprintf '%s\\n' '{output}'\nexit {status}\n")
+    exe.chmod(0o755)
+    return exe
+
+
+@pytest.mark.parametrize("output,status,problem", [
+    ("headscale version v0.29.0", 0, None),
+    ("headscale version v0.29.3", 0, None),
+    ("headscale version v0.29.0-dirty", 0, None),
+    ("headscale version v0.29.0-rc.1", 0, " is headscale v0.29.0 (a pre-release), which fleet does not support"),
+    ("headscale version v0.28.1", 0, " is headscale v0.28.1, which fleet does not support"),
+    ("headscale version v0.30.0", 0, " is headscale v0.30.0, which fleet does not support"),
+    ("headscale version dev", 0, ": cannot tell its version: `headscale version` printed 'headscale version dev'"),
+    ("unknown command", 1, ": cannot tell its version: `headscale version` printed 'unknown command', exit status 1"),
+])
+def test_version_problem_names_binary_version_and_range(tmp_path: Path, output: str, status: int,
+                                                         problem: object) -> None:
+    exe = fake_headscale(tmp_path, output, status)
+    got = headscale.version_problem(exe)
+    if problem is None:
+        assert got is None
+        return
+    assert got is not None and got.startswith(f"{exe}{problem} (supported: >= 0.29.0, < 0.30.0; tested: v0.29.0)")
+    assert "\n" not in got and "install headscale v0.29.0" in got
+
+
+def test_unsupported_headscale_is_one_warning_line(fleet_dir: Path, monkeypatch: pytest.MonkeyPatch,
+                                                   capsys: pytest.CaptureFixture) -> None:
+    """`fleet init` and a command that runs headscale warn once; the command still runs."""
+    (fleet_dir / "bin").mkdir()
+    exe = fake_headscale(fleet_dir / "bin", "headscale version v0.28.1")
+    monkeypatch.chdir(fleet_dir)
+    for argv in (["init", "--headscale", str(exe)], ["serve", "--unit", "--headscale", str(exe)]):
+        assert cli.main(argv) == 0
+        err = capsys.readouterr().err.splitlines()
+        assert len(err) == 1 and err[0].startswith(f"fleet: warning: {exe} is headscale v0.28.1"), err
