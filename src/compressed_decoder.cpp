@@ -74,7 +74,9 @@ private:
     std::lock_guard<std::mutex> lock(mutex_);
     const bool want = pub_.getNumSubscribers() > 0;
     if (want && !sub_)
-      sub_ = getNodeHandle().subscribe(in_topic_, 1, &CompressedDecoder::onImage, this);
+      // H.264: a dropped message costs every picture until the next keyframe; a third of a second
+      // of queue absorbs a busy moment (the subscriber plugin does the same)
+      sub_ = getNodeHandle().subscribe(in_topic_, h264_ ? 10 : 1, &CompressedDecoder::onImage, this);
     else if (!want && sub_)
     {
       sub_.shutdown();

@@ -32,6 +32,11 @@
 
 namespace overlay_manager
 {
+namespace
+{
+/// roscpp queue of an H.264 subscription at least (messages; 10 = 1/3 s at 30 Hz)
+const uint32_t kH264ViewerQueue = 10;
+}  // namespace
 
 /// What the two publishers share: the stream (subscribers, paths, decisions, stream_state) made from
 /// the parameters under the transport's topic, the connect/disconnect callbacks, and one frame at a
@@ -171,6 +176,9 @@ protected:
   /// Makes the subscription's decoder for `topic` (the transport topic) with `limits`.
   virtual std::unique_ptr<Decoder> makeDecoder(const std::string& topic, const ImageLimits& limits) = 0;
 
+  /// roscpp's queue for this subscription (the viewer's by default).
+  virtual uint32_t queueSize(uint32_t requested) const { return requested; }
+
   void subscribeImpl(ros::NodeHandle& nh, const std::string& base_topic, uint32_t queue_size, const Callback& callback,
                      const ros::VoidPtr& tracked_object, const image_transport::TransportHints& hints) override
   {
@@ -190,7 +198,7 @@ protected:
       std::lock_guard<std::mutex> lock(decoder_mutex_);
       decoder_ = makeDecoder(topic, limits);
     }
-    SimpleSubscriberPlugin::subscribeImpl(nh, base_topic, queue_size, callback, tracked_object, hints);
+    SimpleSubscriberPlugin::subscribeImpl(nh, base_topic, queueSize(queue_size), callback, tracked_object, hints);
   }
 
   std::mutex decoder_mutex_;  ///< a re-subscription swaps the decoder while a callback may run
@@ -207,6 +215,12 @@ public:
   std::string getTransportName() const override { return "link_aware_h264"; }
 
 protected:
+  /// image_view, rqt_image_view and republish subscribe with a queue of 1: roscpp then drops a
+  /// message whenever the viewer falls one frame behind, and a dropped H.264 frame costs every
+  /// picture until the next keyframe. A third of a second of queue absorbs a busy moment; decoding
+  /// catches up at about 1 ms a frame.
+  uint32_t queueSize(uint32_t requested) const override { return std::max<uint32_t>(requested, kH264ViewerQueue); }
+
   std::unique_ptr<H264ViewerDecoder> makeDecoder(const std::string& topic, const ImageLimits& limits) override
   {
     std::unique_ptr<H264ViewerDecoder> d(new H264ViewerDecoder("bgr8", topic, limits));

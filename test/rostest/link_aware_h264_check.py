@@ -263,8 +263,9 @@ class LinkAwareH264(unittest.TestCase):
             t_derp = time.monotonic()
             derp = self.measure_kbps(3.0)
             viewer_hz = len(self.viewer_since(t_derp)) / (time.monotonic() - t_derp)
-            print(f"bitrate direct {direct:.0f} kbit/s -> derp {derp:.0f} kbit/s; viewer {viewer_hz:.1f} Hz on derp",
-                  flush=True)
+            out_hz = [round(s.output_rate_hz, 1) for s in self.states_since(t_derp)]
+            print(f"bitrate direct {direct:.0f} kbit/s -> derp {derp:.0f} kbit/s; viewer {viewer_hz:.1f} Hz on derp; "
+                  f"stream output {out_hz} Hz; {len(self.requests_since(t_change))} keyframe requests", flush=True)
             self.assertLess(derp, 0.5 * direct, f"derp {derp:.0f} kbit/s vs direct {direct:.0f}")
             self.assertLess(derp, DERP_VIDEO_KBPS * 1.5)
             self.assertGreater(viewer_hz, 20.0, "the viewer lost frames over the change")
