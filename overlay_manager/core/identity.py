@@ -84,7 +84,12 @@ def peer_key(peer: Any) -> str:
     node_id = getattr(peer, "node_id", "") or ""
     if node_id:
         return node_id
-    return normalise_host(getattr(peer, "dns_name", "") or "") or normalise_host(getattr(peer, "name", "") or "")
+    return key_of("", getattr(peer, "dns_name", "") or "", getattr(peer, "name", "") or "")
+
+
+def key_of(node_id: str, dns_name: str, name: str) -> str:
+    """:func:`peer_key` from its parts, for a peer that is not built yet (read from its status JSON)."""
+    return node_id or normalise_host(dns_name) or normalise_host(name)
 
 
 def _names(peer: Any) -> Set[str]:

@@ -30,10 +30,11 @@ identifier of the relay session).
 from __future__ import annotations
 
 import math
+import operator
 from dataclasses import dataclass, replace
-from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple
+from typing import Any, Callable, Dict, Iterable, List, Mapping, NamedTuple, Optional, Tuple, TypeVar
 
-from overlay_manager.core.identity import names_peer, peer_key, refers_to
+from overlay_manager.core.identity import key_of, names_peer, peer_key, refers_to
 from overlay_manager.core.json_fields import (
     UINT64_MAX,
     json_kind,
@@ -56,9 +57,24 @@ PATHS = (PATH_UNKNOWN, PATH_IDLE, PATH_DIRECT, PATH_DERP, PATH_PEER_RELAY, PATH_
 
 
 
-@dataclass(frozen=True)
+_FIELDS = ("name", "dns_name", "addresses", "online", "active", "path", "endpoint", "relay_region", "latency_ms",
+           "last_handshake", "last_seen", "rx_bytes", "tx_bytes", "tags", "os", "node_id", "peer_relay",
+           "relay_host", "relay_vni", "malformed", "derp_region")
+_values = operator.attrgetter(*_FIELDS)
+W = TypeVar("W")
+
+
 class PeerState:
-    """One machine on the overlay as tailscaled reports it.
+    """One machine on the overlay as the node shows it, like tailscale's ipnstate.PeerStatus: what
+    tailscaled said about it plus what the node adds (the latency of its pings, the relay
+    machine's name, the DERP region's readable name). One object per peer carries it from the
+    status JSON to the published messages (:class:`SnapshotBuilder` builds it, ``Snapshot.peers``
+    holds it, the node's messages are built from it and kept with it: :meth:`derived`).
+
+    Immutable, and not a dataclass: a built peer cannot be changed or copied with a change
+    (assignment raises AttributeError, ``dataclasses.replace`` TypeError). Every value it shows
+    is an argument of its construction, so a peer whose inputs did not change stays the same
+    object from read to read, and what was built from it stays valid.
 
     Times are POSIX seconds (0.0 = never/unknown); byte counters since tailscaled started.
     """
@@ -69,21 +85,89 @@ class PeerState:
     online: bool
     active: bool
     path: str                      # one of PATHS (or PATH_SELF for this machine)
-    endpoint: str = ""             # "ip:port" when direct; the relay's "ip:port" when peer-relay
-    relay_region: str = ""         # home DERP region code (the relay in use when path == derp)
-    latency_ms: float = math.nan   # last measured RTT through the overlay; NaN = unknown
-    last_handshake: float = 0.0
-    last_seen: float = 0.0
-    rx_bytes: int = 0
-    tx_bytes: int = 0
-    tags: Tuple[str, ...] = ()
-    os: str = ""
-    node_id: str = ""              # tailscaled's stable node id
-    peer_relay: str = ""           # peer-relay: "ip:port" of the relay server in use; else ""
-    relay_host: str = ""           # peer-relay: short name of the relay machine ("" = unknown)
-    relay_vni: int = 0             # peer-relay: VNI of the relay session (0 = none/unknown)
-    malformed: Tuple[str, ...] = ()  # fields tailscaled sent with a wrong type or out of range
-    derp_region: str = ""          # derp: readable name of the region in use (with_region_names)
+    endpoint: str                  # "ip:port" when direct; the relay's "ip:port" when peer-relay
+    relay_region: str              # home DERP region code (the relay in use when path == derp)
+    latency_ms: float              # last measured RTT through the overlay; NaN = unknown
+    last_handshake: float
+    last_seen: float
+    rx_bytes: int
+    tx_bytes: int
+    tags: Tuple[str, ...]
+    os: str
+    node_id: str                   # tailscaled's stable node id
+    peer_relay: str                # peer-relay: "ip:port" of the relay server in use; else ""
+    relay_host: str                # peer-relay: short name of the relay machine ("" = unknown)
+    relay_vni: int                 # peer-relay: VNI of the relay session (0 = none/unknown)
+    malformed: Tuple[str, ...]     # fields tailscaled sent with a wrong type or out of range
+    derp_region: str               # derp: readable name of the region in use (from the DERP map)
+
+    __slots__ = _FIELDS + ("_derived",)
+
+    def __init__(self, name: str, dns_name: str, addresses: Tuple[str, ...], online: bool, active: bool,
+                 path: str, endpoint: str = "", relay_region: str = "", latency_ms: float = math.nan,
+                 last_handshake: float = 0.0, last_seen: float = 0.0, rx_bytes: int = 0, tx_bytes: int = 0,
+                 tags: Tuple[str, ...] = (), os: str = "", node_id: str = "", peer_relay: str = "",
+                 relay_host: str = "", relay_vni: int = 0, malformed: Tuple[str, ...] = (),
+                 derp_region: str = "") -> None:
+        put = object.__setattr__
+        if latency_ms != latency_ms:  # any NaN is math.nan: equal peers compare and hash equal
+            latency_ms = math.nan
+        for k, v in zip(_FIELDS, (name, dns_name, addresses, online, active, path, endpoint, relay_region,
+                                  latency_ms, last_handshake, last_seen, rx_bytes, tx_bytes, tags, os, node_id,
+                                  peer_relay, relay_host, relay_vni, malformed, derp_region)):
+            put(self, k, v)
+        put(self, "_derived", None)
+
+    def __setattr__(self, key: str, value: Any) -> None:
+        raise AttributeError(f"PeerState is immutable (cannot set {key}): what a peer shows is given when "
+                             "it is built (core.peers.SnapshotBuilder)")
+
+    def __delattr__(self, key: str) -> None:
+        raise AttributeError(f"PeerState is immutable (cannot delete {key})")
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not PeerState:
+            return NotImplemented
+        return self is other or _values(self) == _values(other)
+
+    def __hash__(self) -> int:
+        return hash(_values(self))
+
+    def __repr__(self) -> str:
+        return "PeerState(" + ", ".join(f"{k}={v!r}" for k, v in zip(_FIELDS, _values(self))) + ")"
+
+    def __reduce__(self) -> Tuple[Any, ...]:
+        return PeerState, _values(self)
+
+    def derived(self, make: Callable[..., W], *args: Any) -> W:
+        """make(self, *args), kept with this peer: built on the first call and again only when
+        args differ (==) from the last call with the same make (one function object per form:
+        the node's ``Peer`` message and bytes, the /diagnostics entry, its message and bytes).
+        Filled by one thread (the node's overlay-report); make must not depend on anything but
+        the peer and args."""
+        memo = self._derived
+        if memo is None:
+            memo = {}
+            object.__setattr__(self, "_derived", memo)
+        hit = memo.get(make)
+        if hit is not None and hit[0] == args:
+            return hit[1]
+        value = make(self, *args)
+        memo[make] = (args, value)
+        return value
+
+    def without_path(self, path: str) -> "PeerState":
+        """This peer as shown when no path to it is known (path offline or unknown: tailscaled
+        cannot be read, or the peer left the tailnet view): not online, not active, no endpoint,
+        relay, DERP region name or latency; names, addresses, home region, counters and times
+        kept. self when it is that already."""
+        if (not self.online and not self.active and self.path == path and not self.endpoint
+                and math.isnan(self.latency_ms) and not self.peer_relay and not self.relay_host
+                and not self.relay_vni and not self.derp_region):
+            return self
+        return PeerState(self.name, self.dns_name, self.addresses, False, False, path, "", self.relay_region,
+                         math.nan, self.last_handshake, self.last_seen, self.rx_bytes, self.tx_bytes, self.tags,
+                         self.os, self.node_id, malformed=self.malformed)
 
     def matches(self, query: str) -> bool:
         """True when query names this peer: short name, FQDN or overlay IP (core.identity.refers_to)."""
@@ -100,11 +184,11 @@ class PeerState:
 
 @dataclass(frozen=True)
 class Snapshot:
-    """One read of tailscaled's status."""
+    """One read of tailscaled's status, like ipnstate.Status: one PeerState per peer (SnapshotBuilder)."""
 
     backend_state: str                     # "" = unknown
     self_peer: Optional[PeerState]
-    peers: Tuple[PeerState, ...]           # sorted by name
+    peers: Tuple[PeerState, ...]           # sorted by name, then DNS name
     health: Tuple[str, ...] = ()
     magic_dns_suffix: str = ""
     control_reachable: bool = False        # Self.Online: in the control server's map poll
@@ -218,8 +302,10 @@ def _sort_addresses(addrs: Iterable[str]) -> Tuple[str, ...]:
     return tuple(sorted(addrs, key=lambda a: (":" in a, a)))
 
 
-def parse_peer(ps: Mapping[str, Any], is_self: bool = False) -> PeerState:
-    """One ipnstate.PeerStatus dict -> PeerState (lenient: missing fields -> unknown)."""
+def parse_peer(ps: Mapping[str, Any], is_self: bool = False, relay_host: str = "", derp_region: str = "",
+               latency_ms: float = math.nan) -> PeerState:
+    """One ipnstate.PeerStatus dict -> PeerState (lenient: missing fields -> unknown), with the
+    values the node adds from outside the dict (see :class:`SnapshotBuilder`)."""
     if is_self:
         path, endpoint = PATH_SELF, ""
     else:
@@ -233,6 +319,7 @@ def parse_peer(ps: Mapping[str, Any], is_self: bool = False) -> PeerState:
         path=path,
         endpoint=endpoint,
         relay_region=str_field(ps, "Relay"),
+        latency_ms=latency_ms,
         last_handshake=parse_time(ps.get("LastHandshake")),
         last_seen=parse_time(ps.get("LastSeen")),
         rx_bytes=uint_field(ps, "RxBytes"),
@@ -241,8 +328,10 @@ def parse_peer(ps: Mapping[str, Any], is_self: bool = False) -> PeerState:
         os=str_field(ps, "OS"),
         node_id=str_field(ps, "ID"),
         peer_relay=endpoint if path == PATH_PEER_RELAY else "",
+        relay_host=relay_host,
         relay_vni=relay_vni(str_field(ps, "PeerRelay")) if path == PATH_PEER_RELAY else 0,
         malformed=malformed_fields(ps),
+        derp_region=derp_region,
     )
 
 
@@ -290,26 +379,149 @@ def relay_host_name(endpoint: str, peers: Iterable[Any]) -> str:
     return tagged[0] if len(tagged) == 1 else ""
 
 
-def parse_status(status: Mapping[str, Any], peers: Optional[Iterable[PeerState]] = None) -> Snapshot:
-    """A LocalAPI /status dict -> Snapshot. Never raises on odd input.
+def derp_region_name(path: str, relay_region: str, names: Mapping[str, str]) -> str:
+    """What ``derp_region`` of a peer on path with home region relay_region is: for a derp peer
+    the readable name of its relay region (``names``: region code -> RegionName from the DERP
+    map; the code itself when the map has no name), else ""."""
+    return (names.get(relay_region) or relay_region) if path == PATH_DERP else ""
 
-    peers: this read's peers already parsed (the node's peer_rows.PeerRows stage, which reuses
-    unchanged ones), sorted by name; None parses the ``Peer`` map here.
+
+def _same_ms(a: float, b: float) -> bool:
+    return a == b or (math.isnan(a) and math.isnan(b))
+
+
+class Latency(NamedTuple):
+    """One round trip the node measured to a peer (a disco ping) and the path it took then: the
+    peer's path and home DERP region as shown when the ping was sent. A peer shows it only while
+    it is on that path (a latency measured on the old path says nothing about the new one)."""
+
+    ms: float
+    path: str
+    relay_region: str = ""
+
+    def holds_for(self, path: str, relay_region: str) -> bool:
+        """Whether this latency belongs to a peer now on path with home region relay_region (the
+        same path; for derp also the same region)."""
+        return self.path == path and (path != PATH_DERP or self.relay_region == relay_region)
+
+
+_NONE: Mapping[str, Any] = {}
+
+
+class SnapshotBuilder:
+    """tailscaled's status, one read after another -> :class:`Snapshot`, keeping each peer that
+    did not change as the same :class:`PeerState` object (pure; one caller at a time: the node's
+    overlay-poll thread).
+
+    A peer shows its own chunk of the status's ``Peer`` map (its decoded ipnstate.PeerStatus) and
+    three values from outside it, all arguments of :meth:`build`:
+
+    - relay_host (peer-relay peers): the relay machine's short name, found among the other
+      chunks (:func:`relay_host_name`);
+    - derp_region (derp peers): the readable name of its region (region_names, from the DERP map);
+    - latency_ms: the node's last ping (latency, by core.identity.peer_key), shown only while
+      the peer is on the path the ping took (:meth:`Latency.holds_for`).
+
+    A peer is kept when its chunk is the same object as last time (tailscaled.status_json's
+    decoder gives the same object for unchanged text; an equal one is enough when the body was
+    decoded whole) and the three values are equal (NaN equal to NaN); otherwise it is parsed
+    again, once, with all its values (:func:`parse_peer`). A peer gone from the map is forgotten.
+    Peers come sorted by name, then DNS name (ties in the map's order); when every peer was kept
+    in the same order the very same tuple is returned, and a peer built again under its old name
+    takes its predecessor's place without sorting again.
     """
+
+    def __init__(self) -> None:
+        self._known: Dict[str, Tuple[Any, PeerState]] = {}  # status key -> (its chunk, its peer)
+        self._order: List[str] = []                  # the status keys of the last build, map order
+        self._sorted: Tuple[PeerState, ...] = ()     # the last build's peers, sorted
+        self._place: Dict[str, int] = {}             # status key -> index in _sorted
+        self._names: Mapping[str, str] = _NONE       # region_names of the last build
+        self._latency: Dict[str, Latency] = {}       # latency of the last build
+        self.built = 0                               # peers parsed by the last build (tests, benchmarks)
+
+    def build(self, status: Mapping[str, Any], region_names: Mapping[str, str] = _NONE,
+              latency: Mapping[str, Latency] = _NONE) -> Snapshot:
+        """The Snapshot of one LocalAPI /status dict; never raises on odd input.
+
+        Args:
+            status: the decoded status (``Peer``: status key -> ipnstate.PeerStatus; anything but
+                a dict means no peers, values that are not dicts are skipped).
+            region_names: DERP region code -> readable name.
+            latency: peer key (core.identity.peer_key) -> the last ping's round trip.
+        """
+        chunks = status.get("Peer")
+        old = self._known
+        # nothing from outside the chunks changed: a peer whose chunk is the same object is kept
+        # after one lookup (peer-relay peers still look up their relay host)
+        fast = (region_names is self._names or region_names == self._names) and latency == self._latency
+        known: Dict[str, Tuple[Any, PeerState]] = {}
+        order: List[str] = []
+        fresh: List[str] = []
+        if isinstance(chunks, dict):
+            for key, src in chunks.items():
+                hit = old.get(key)
+                if fast and hit is not None and hit[0] is src and not hit[1].peer_relay:
+                    known[key] = hit
+                    order.append(key)
+                    continue
+                if not isinstance(src, dict):
+                    continue
+                peer = self._peer(src, hit, chunks, region_names, latency)
+                if hit is None or peer is not hit[1]:
+                    fresh.append(key)
+                known[key] = (src, peer)
+                order.append(key)
+        self._sorted = self._sort(order, known, fresh)
+        self._known, self._order = known, order
+        self._names, self._latency = region_names, dict(latency)
+        self.built = len(fresh)
+        return _snapshot(status, self._sorted)
+
+    @staticmethod
+    def _peer(src: Mapping[str, Any], hit: Optional[Tuple[Any, PeerState]], chunks: Mapping[str, Any],
+              names: Mapping[str, str], latency: Mapping[str, Latency]) -> PeerState:
+        """The peer of chunk src: hit's peer when nothing it shows changed, else parsed with
+        everything it shows."""
+        prev = hit[1] if hit is not None else None
+        same = prev is not None and (hit[0] is src or hit[0] == src)
+        if same:
+            path, region, relay, key = prev.path, prev.relay_region, prev.peer_relay, peer_key(prev)
+        else:
+            path, endpoint = classify_path(src)
+            region = str_field(src, "Relay")
+            relay = endpoint if path == PATH_PEER_RELAY else ""
+            key = key_of(str_field(src, "ID"), str_field(src, "DNSName"), short_name(src))
+        relay_host = relay_host_name(relay, chunks.values()) if relay else ""
+        derp = derp_region_name(path, region, names)
+        measured = latency.get(key)
+        ms = measured.ms if measured is not None and measured.holds_for(path, region) else math.nan
+        if same and prev.relay_host == relay_host and prev.derp_region == derp and _same_ms(prev.latency_ms, ms):
+            return prev
+        return parse_peer(src, relay_host=relay_host, derp_region=derp, latency_ms=ms)
+
+    def _sort(self, order: List[str], known: Dict[str, Tuple[Any, PeerState]],
+              fresh: List[str]) -> Tuple[PeerState, ...]:
+        """The peers of order sorted by name, then DNS name (ties in the map's order). Peers built
+        again under the same key and name are put in their predecessor's place."""
+        if order == self._order:
+            if not fresh:
+                return self._sorted
+            old = self._known
+            if all(old[k][1].name == known[k][1].name and old[k][1].dns_name == known[k][1].dns_name for k in fresh):
+                out = list(self._sorted)
+                for k in fresh:
+                    out[self._place[k]] = known[k][1]
+                return tuple(out)
+        keys = sorted(order, key=lambda k: (known[k][1].name, known[k][1].dns_name))
+        self._place = {k: i for i, k in enumerate(keys)}
+        return tuple(known[k][1] for k in keys)
+
+
+def _snapshot(status: Mapping[str, Any], peers: Tuple[PeerState, ...]) -> Snapshot:
+    """The Snapshot of status with its peers already built."""
     self_raw = status.get("Self")
     self_peer = parse_peer(self_raw, is_self=True) if isinstance(self_raw, dict) else None
-    if peers is None:
-        peers_raw = status.get("Peer")
-        parsed: List[PeerState] = []
-        if isinstance(peers_raw, dict):
-            for ps in peers_raw.values():
-                if isinstance(ps, dict):
-                    peer = parse_peer(ps)
-                    if peer.peer_relay:
-                        peer = replace(peer, relay_host=relay_host_name(peer.peer_relay, peers_raw.values()))
-                    parsed.append(peer)
-        parsed.sort(key=lambda p: (p.name, p.dns_name))
-        peers = parsed
     suffix = str_field(status, "MagicDNSSuffix")
     tailnet = status.get("CurrentTailnet")
     if not suffix and isinstance(tailnet, dict):
@@ -317,7 +529,7 @@ def parse_status(status: Mapping[str, Any], peers: Optional[Iterable[PeerState]]
     return Snapshot(
         backend_state=str_field(status, "BackendState"),
         self_peer=self_peer,
-        peers=tuple(peers),
+        peers=peers,
         health=str_list_field(status, "Health"),
         magic_dns_suffix=suffix,
         control_reachable=isinstance(self_raw, dict) and self_raw.get("Online") is True,
@@ -326,43 +538,19 @@ def parse_status(status: Mapping[str, Any], peers: Optional[Iterable[PeerState]]
     )
 
 
-def with_latency(snapshot: Snapshot, latency_ms: Mapping[str, float]) -> Snapshot:
-    """Copy of snapshot with latency_ms filled from a {peer key: ms} map (core.identity.peer_key)."""
-    peers = []
-    for p in snapshot.peers:  # copy only the peers whose latency differs (a few of hundreds)
-        ms = latency_ms.get(peer_key(p), math.nan)
-        same = ms == p.latency_ms or (math.isnan(ms) and math.isnan(p.latency_ms))
-        peers.append(p if same else replace(p, latency_ms=ms))
-    return replace(snapshot, peers=tuple(peers))
-
-
-def derp_region_name(p: PeerState, names: Mapping[str, str]) -> str:
-    """What ``derp_region`` of p must be: for a derp peer the readable name of its relay region
-    (``names``: region code -> RegionName from the DERP map; the code itself when the map has no
-    name), else ""."""
-    return (names.get(p.relay_region) or p.relay_region) if p.path == PATH_DERP else ""
-
-
-def with_region_names(snapshot: Snapshot, names: Mapping[str, str]) -> Snapshot:
-    """Copy of snapshot with each derp peer's ``derp_region`` set to the readable name of its
-    relay region (``names``: region code -> RegionName from the DERP map; the code itself when
-    the map has no name) and every other peer's cleared. Unchanged peers stay the same objects."""
-    peers = []
-    for p in snapshot.peers:
-        want = derp_region_name(p, names)
-        peers.append(p if p.derp_region == want else replace(p, derp_region=want))
-    return replace(snapshot, peers=tuple(peers))
+def parse_status(status: Mapping[str, Any], region_names: Mapping[str, str] = _NONE) -> Snapshot:
+    """A LocalAPI /status dict -> Snapshot, read once (a new :class:`SnapshotBuilder`: no
+    latency, nothing kept). Never raises on odd input."""
+    return SnapshotBuilder().build(status, region_names)
 
 
 def blind(snapshot: Snapshot, daemon_gone: bool) -> Snapshot:
     """The snapshot to present while tailscaled cannot be read: the last known peers (names and
     addresses stay useful), none online, path offline when tailscaled is not running at all (no
-    overlay packet can flow) or unknown when it runs but does not answer usefully; no endpoint,
-    no latency; backend state unknown, control server not reachable."""
+    overlay packet can flow) or unknown when it runs but does not answer usefully
+    (PeerState.without_path); backend state unknown, control server not reachable."""
     path = PATH_OFFLINE if daemon_gone else PATH_UNKNOWN
-    peers = tuple(replace(p, online=False, active=False, path=path, endpoint="", latency_ms=math.nan,
-                          peer_relay="", relay_host="", relay_vni=0, derp_region="")
-                  for p in snapshot.peers)
+    peers = tuple(p.without_path(path) for p in snapshot.peers)
     return replace(snapshot, backend_state="", peers=peers, control_reachable=False, health=())
 
 
@@ -377,8 +565,8 @@ def peer_fingerprint(p: PeerState) -> Tuple[Any, ...]:
 def same_but_measurements(a: Optional[Snapshot], b: Optional[Snapshot]) -> bool:
     """a and b agree on this machine and every peer in everything but measurements (peer_fingerprint).
 
-    Cheap for the node's case: peer_rows.PeerRows reuses unchanged PeerState objects, so most
-    peers are the same object and only the others are compared field by field.
+    Cheap for the node's case: SnapshotBuilder keeps unchanged peers as the same objects, so only
+    the others are compared field by field.
     """
     if a is b:
         return True
@@ -421,8 +609,7 @@ def path_changes(old: Optional[Snapshot], new: Snapshot) -> List[PathChangeEvent
             events.append(PathChangeEvent(p, PATH_DERP, PATH_DERP))
     for k, prev in before.items():
         if k not in seen and prev.path != PATH_OFFLINE:
-            events.append(PathChangeEvent(replace(prev, online=False, path=PATH_OFFLINE,
-                                                  endpoint="", relay_vni=0), prev.path, PATH_OFFLINE))
+            events.append(PathChangeEvent(prev.without_path(PATH_OFFLINE), prev.path, PATH_OFFLINE))
     return events
 
 

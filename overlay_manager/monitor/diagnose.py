@@ -2,14 +2,14 @@
 
 The monitor calls these with what it holds (reading, NAT check, relay state, preflight checks);
 the node turns the :class:`~overlay_manager.monitor.readings.Diagnostic` values into
-``diagnostic_msgs``. A peer's entry (:func:`peer_diagnostic`) is built once per peer row and kept
-while the row, whether the peer is required and the NAT wording stay the same (monitor/peer_rows.py).
+``diagnostic_msgs``. A peer's entry (:func:`peer_diagnostic`) is kept with its PeerState
+(:class:`DiagnosticParts`) while the peer, whether it is required and the NAT wording stay the same.
 """
 
 from __future__ import annotations
 
 import math
-from typing import FrozenSet, Iterable, List, Mapping, Optional, Set, Tuple
+from typing import FrozenSet, Iterable, List, Mapping, NamedTuple, Optional, Sequence, Set, Tuple
 
 from overlay_manager.core.config import DerperSettings, RobotConfig
 from overlay_manager.core.identity import peer_key, short_label
@@ -267,6 +267,33 @@ def peer_diagnostic(p: PeerState, required: bool, derp_why: str) -> Diagnostic:
     if p.path == PATH_IDLE:
         return Diagnostic(OK, name, "online, idle (no traffic yet: path unknown)", pv)
     return Diagnostic(WARN, name, "path unknown", pv)
+
+
+class DiagnosticParts(NamedTuple):
+    """/diagnostics as the monitor states it: the entries about this machine (head, in order), then
+    one per peer (:meth:`peer_entry`), kept with the peer (PeerState.derived) while the peer, its
+    required flag and derp_why stay the same.
+
+    required: the peer keys (core.identity.peer_key) of the required peers (:func:`required_keys`);
+    derp_why: :func:`derp_reason` of the NAT check.
+    """
+
+    head: List[Diagnostic]
+    peers: Sequence[PeerState]
+    required: FrozenSet[str]
+    derp_why: str
+
+    def is_required(self, p: PeerState) -> bool:
+        """Whether p is one of the required peers."""
+        return peer_key(p) in self.required
+
+    def peer_entry(self, p: PeerState) -> Diagnostic:
+        """p's entry (:func:`peer_diagnostic`), built once per peer, required flag and derp_why."""
+        return p.derived(peer_diagnostic, self.is_required(p), self.derp_why)
+
+    def entries(self) -> List[Diagnostic]:
+        """Every entry, in order."""
+        return self.head + [self.peer_entry(p) for p in self.peers]
 
 
 def derper_diagnostic(settings: Optional[DerperSettings], state: DerperState) -> Optional[Diagnostic]:

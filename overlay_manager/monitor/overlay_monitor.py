@@ -1,6 +1,6 @@
 """The node's logic without ROS: polls tailscaled, tracks paths and latency, answers requests.
 
-node.py owns all ROS I/O and calls into OverlayMonitor; everything here takes and returns plain
+ros/node.py owns all ROS I/O and calls into OverlayMonitor; everything here takes and returns plain
 values so it is unit-testable against a fake LocalAPI.
 
 Concurrency: poll() runs on the node's poll thread, the others on the pinger, NAT-check,
@@ -32,17 +32,19 @@ from overlay_manager.core.peers import (
     PATH_DIRECT,
     PATH_PEER_RELAY,
     PATH_UNKNOWN,
+    Latency,
     PathChangeEvent,
     PeerState,
     Snapshot,
+    SnapshotBuilder,
     blind,
-    parse_status,
     path_changes,
     ping_path,
 )
 from overlay_manager.core.ros_env import RosEnv, compute_env
 from overlay_manager.monitor.diagnose import (
     MALFORMED_FIX,
+    DiagnosticParts,
     derp_reason,
     derper_diagnostic,
     missing_required,
@@ -53,7 +55,6 @@ from overlay_manager.monitor.diagnose import (
     rosbridge_diagnostic,
     stale_diagnostic,
 )
-from overlay_manager.monitor.peer_rows import DiagnosticParts, PeerRows, plain_rows, rows_of
 from overlay_manager.monitor.readings import (
     STATUS_TIMEOUT_S,
     Check,
@@ -104,7 +105,7 @@ class OverlayMonitor:
         self.checks: List[Check] = []
         self.hosts_error: str = ""  # why the last write of the hosts block failed ("" = none); set by the node
         self.enrol_error: str = ""  # why the last enrolment attempt failed ("" = none); set by the node
-        self._latency: Dict[str, float] = {}     # key: core.identity.peer_key -> ms
+        self._latency: Dict[str, Latency] = {}   # key: core.identity.peer_key -> the last ping
         self._lock = threading.Lock()
         self._regions: Dict[int, str] = {}
         # DERP region code -> readable name (DERP map; overlay-netcheck, one assignment)
@@ -120,7 +121,7 @@ class OverlayMonitor:
         # node's topic-link thread in one assignment); None = no topic-link map (ping every peer)
         self.topic_peers: Optional[FrozenSet[str]] = None
         self._decoder = StatusDecoder()           # the poll thread's (unchanged peers' JSON reused)
-        self._rows = PeerRows()                   # the poll thread's (rows of unchanged peers reused)
+        self._snapshots = SnapshotBuilder()       # the poll thread's (unchanged peers kept)
         self._required: Tuple[Optional[RobotConfig], FrozenSet[str]] = (None, frozenset())  # required_peers()
         # who can reach rosbridge's port, as last read (overlay-rosbridge thread; one assignment);
         # None = not checked (node.rosbridge_port 0) or not read yet
@@ -143,17 +144,16 @@ class OverlayMonitor:
         """Read tailscaled's status once; returns the path changes since the last poll.
 
         Never raises for anything tailscaled answers: errors become Reading.error. The read is
-        bounded by STATUS_TIMEOUT_S and holds no lock.
+        bounded by STATUS_TIMEOUT_S and holds no lock. The snapshot is built once, with every
+        value a peer shows (core.peers.SnapshotBuilder), and swapped in whole.
         """
         old = self.reading
         self._poll_started = self.clock()
         try:
             raw = self.api.status(timeout=STATUS_TIMEOUT_S, decoder=self._decoder)
-            chunks = raw.get("Peer")
             with self._lock:
                 latency = dict(self._latency)
-            rows = self._rows.update(chunks, self.region_names, latency)
-            snap = parse_status(raw, [r.state for r in rows])
+            snap = self._snapshots.build(raw, self.region_names, latency)
         except TailscaleError as exc:
             return self._failed(old, str(exc), isinstance(exc, TailscaledNotRunning))
         except Exception as exc:  # noqa: BLE001 - whatever tailscaled sends must not stop polling
@@ -162,15 +162,12 @@ class OverlayMonitor:
             self._poll_started = None
         self._note_malformed(snap)
         changes = path_changes(old.snapshot, snap)
-        with self._lock:
-            for ev in changes:
-                if ev.old_path:  # a latency measured on the old path says nothing about the new one
-                    self._latency.pop(peer_key(ev.peer), None)
-            now_latency = dict(self._latency) if changes else latency
-        if now_latency != latency:  # a ping finished meanwhile, or a changed path dropped one
-            rows = self._rows.update(chunks, self.region_names, now_latency)
-            snap = replace(snap, peers=tuple(r.state for r in rows))
-        self.reading = Reading(snap, "", False, self.clock(), time.time(), rows)
+        if changes:
+            with self._lock:
+                for ev in changes:
+                    if ev.old_path:  # not shown on the new path (Latency.holds_for); a way back must not revive it
+                        self._latency.pop(peer_key(ev.peer), None)
+        self.reading = Reading(snap, "", False, self.clock(), time.time())
         return changes
 
     def _note_malformed(self, snap: Snapshot) -> None:
@@ -200,8 +197,7 @@ class OverlayMonitor:
         with self._lock:
             for ev in changes:
                 self._latency.pop(peer_key(ev.peer), None)
-        self.reading = replace(old, snapshot=presented, error=error, daemon_gone=gone,
-                               rows=plain_rows(presented.peers) if presented is not None else ())
+        self.reading = replace(old, snapshot=presented, error=error, daemon_gone=gone)
         return changes
 
     def set_poll_interval(self, interval_s: float) -> None:
@@ -372,7 +368,7 @@ class OverlayMonitor:
             return PingOutcome(False, path=PATH_UNKNOWN,
                                message=f"no answer from {peer.name} ({peer.ipv4}): {last_err or 'timeout'}")
         with self._lock:
-            self._latency[peer_key(peer)] = samples[-1]
+            self._latency[peer_key(peer)] = Latency(samples[-1], peer.path, peer.relay_region)
         return PingOutcome(True, min(samples), sum(samples) / len(samples), max(samples),
                            len(samples), path, endpoint, "")
 
@@ -461,8 +457,8 @@ class OverlayMonitor:
         return self.diagnostic_parts().entries()
 
     def diagnostic_parts(self) -> DiagnosticParts:
-        """diagnostics() as its parts: the entries about this machine and the peer rows whose
-        entries follow them (built once per row, see peer_rows.PeerRow.diagnostic)."""
+        """diagnostics() as its parts: the entries about this machine and the peers whose entries
+        follow them (kept with each peer: diagnose.DiagnosticParts)."""
         r = self.reading
         snap = r.snapshot
         fresh = self._freshness(r, self.clock())
@@ -481,8 +477,7 @@ class OverlayMonitor:
             out.append(derper)
         required = self.required_peers()
         out.extend(missing_required(required, snap))
-        return DiagnosticParts(out, rows_of(r.rows, snap.peers), required_keys(required, snap),
-                               derp_reason(self.nat))
+        return DiagnosticParts(out, snap.peers, required_keys(required, snap), derp_reason(self.nat))
 
     def close(self) -> None:
         """Stop background pings: cancel the queued ones (running ones end within their timeout).

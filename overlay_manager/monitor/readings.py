@@ -7,16 +7,13 @@ from __future__ import annotations
 import ipaddress
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Optional, Tuple
+from typing import Optional, Tuple
 
 from overlay_manager.core.levels import ERROR, OK, WARN, Level
 from overlay_manager.core.peers import PATH_UNKNOWN, PeerState, Snapshot
 from overlay_manager.system import iperf
 from overlay_manager.system.firewall import Restriction
 from overlay_manager.system.sockets import Listener
-
-if TYPE_CHECKING:  # peer_rows imports this module
-    from overlay_manager.monitor.peer_rows import PeerRow
 
 OVERLAY_V4 = ipaddress.ip_network("100.64.0.0/10")
 OVERLAY_V6 = ipaddress.ip_network("fd7a:115c:a1e0::/48")
@@ -85,8 +82,6 @@ class Reading:
     daemon_gone: the last failure says tailscaled is not running (no socket, refused).
     ok_at: monotonic seconds of the last useful answer; NaN = never.
     ok_wall: POSIX seconds of the same moment; 0 = never.
-    rows: the peer_rows.PeerRow of each of snapshot's peers, in the same order (() = not built:
-        see peer_rows.rows_of).
     """
 
     snapshot: Optional[Snapshot] = None
@@ -94,7 +89,6 @@ class Reading:
     daemon_gone: bool = False
     ok_at: float = math.nan
     ok_wall: float = 0.0
-    rows: Tuple["PeerRow", ...] = ()
 
     def freshness(self, now: float, started: Optional[float], stale_after_s: float,
                   socket_path: str) -> "Freshness":

@@ -1,9 +1,11 @@
 """The node's ROS messages, built from the monitor's immutable values (overlay-report thread).
 
 What changes between two reports at 500 peers is a handful of peers (the ones carrying traffic:
-byte counters, handshake times). A peer's ``Peer`` message and its bytes, and its
-``DiagnosticStatus`` and bytes, are built once per peer row (peer_rows.py) and written with
-wire.py; only the entries about this machine are built and serialized for every report.
+byte counters, handshake times); the others are the same PeerState objects as in the last report
+(core.peers.SnapshotBuilder). A peer's ``Peer`` message and its bytes, and its
+``DiagnosticStatus`` and bytes, are built once per PeerState and kept with it
+(PeerState.derived), and written with wire.py; only the entries about this machine are built and
+serialized for every report.
 """
 
 from __future__ import annotations
@@ -17,8 +19,8 @@ from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 
 from overlay_manager.core.json_fields import TIME_MAX, clamp_uint64
 from overlay_manager.core.peers import PathChangeEvent, PeerState
+from overlay_manager.monitor.diagnose import DiagnosticParts, peer_diagnostic
 from overlay_manager.monitor.overlay_monitor import OverlayMonitor
-from overlay_manager.monitor.peer_rows import DiagnosticParts, rows_of
 from overlay_manager.monitor.readings import ERROR, OK, Diagnostic, Freshness, Reading
 from overlay_manager.msg import NatSummary, OverlayStatus, PathChange, Peer, PeerList
 from overlay_manager.ros.wire import cached_tail_class, to_bytes
@@ -70,7 +72,7 @@ def path_change_msg(stamp: rospy.Time, ev: PathChangeEvent) -> PathChange:
 
 
 def peer_wire(p: PeerState) -> Tuple[Peer, bytes]:
-    """A peer row's Peer message and its bytes (PeerRow.peer_wire)."""
+    """A peer's Peer message and its bytes (kept with the peer: PeerState.derived)."""
     m = peer_msg(p)
     return m, to_bytes(m)
 
@@ -103,7 +105,7 @@ class ReportMessages:
         self.m = monitor
         self.cfg = monitor.cfg
         self.node_name = node_name
-        self._diag_wire = self._diag_status_wire  # one object: the rows reuse what it built
+        self._peer_diag = self._peer_diag_wire  # one object: the key of what each peer keeps
 
     def peer_list(self, reading: Reading, fresh: Freshness, now: rospy.Time) -> PeerList:
         """~peers: stamp = when tailscaled last answered (now if never), stale as in ~status."""
@@ -114,7 +116,7 @@ class ReportMessages:
         pl.self_peer = peer_msg(snap.self_peer if snap else None)
         peers = snap.peers if snap else ()
         try:
-            built: List[Tuple[Any, bytes]] = [r.peer_wire(peer_wire) for r in rows_of(reading.rows, peers)]
+            built: List[Tuple[Any, bytes]] = [p.derived(peer_wire) for p in peers]
         except Exception:  # noqa: BLE001 - a peer that cannot be serialized: the publish says why
             pl.peers = [peer_msg(p) for p in peers]
         else:
@@ -180,10 +182,14 @@ class ReportMessages:
         s = self._diag_status(d)
         return s, to_bytes(s)
 
+    def _peer_diag_wire(self, p: PeerState, required: bool, derp_why: str) -> Tuple[DiagnosticStatus, bytes]:
+        """A peer's DiagnosticStatus and bytes, from its entry (both kept with the peer)."""
+        return self._diag_status_wire(p.derived(peer_diagnostic, required, derp_why))
+
     def diagnostics(self, now: rospy.Time, parts: DiagnosticParts, health: Sequence[WorkerHealth],
                     publish_faults: Sequence[str]) -> DiagnosticArray:
-        """The monitor's entries (about this machine, then one per peer row) and one for the
-        node's own threads."""
+        """The monitor's entries (about this machine, then one per peer) and one for the node's own
+        threads."""
         arr = CachedDiagnosticArray()
         arr.header.stamp = now
         bad = [h for h in health if h.level > OK]
@@ -194,8 +200,9 @@ class ReportMessages:
                                    hardware_id=self.cfg.hostname)
         threads.values = [KeyValue(key=h.name, value=h.message or f"ok, {h.cycles} cycles") for h in health]
         try:
-            built = [self._diag_wire(d) for d in parts.head]
-            built.extend(r.diagnostic_wire(parts.required, parts.derp_why, self._diag_wire) for r in parts.rows)
+            built = [self._diag_status_wire(d) for d in parts.head]
+            why, make = parts.derp_why, self._peer_diag
+            built.extend(p.derived(make, parts.is_required(p), why) for p in parts.peers)
             built.append((threads, to_bytes(threads)))
         except Exception:  # noqa: BLE001 - an entry that cannot be serialized: the publish says why
             arr.status = [self._diag_status(d) for d in parts.entries()] + [threads]

@@ -4,8 +4,8 @@ At 500 peers the node publishes ``~peers`` (500 ``Peer``) and ``/diagnostics`` (
 ``DiagnosticStatus``) every second, and genpy serializes each element field by field in Python:
 about 3 ms for each array at 500 elements, every publish, although only the few peers that carry
 traffic changed. Here each element is serialized once, when it is built, and kept as bytes while
-it is unchanged (in its peer row: peer_rows.py); the message written on the wire is the same byte
-for byte.
+it is unchanged (with its peer: core.peers.PeerState.derived, ros/messages.py); the message written
+on the wire is the same byte for byte.
 
 ROS 1 writes a nested message as the plain concatenation of its fields (no alignment, no tags),
 and an array of messages as a little-endian uint32 count followed by the elements. So a message
@@ -36,7 +36,7 @@ def cached_tail_class(msg_cls: Type[Any], field: str) -> Type[Any]:
     messages named field) from bytes set with ``set_tail`` instead of from the element objects.
 
     The element objects stay in the field (readers of the message see them); the bytes must be
-    their serialization, in order (node_messages.py takes both from the same peer rows). Without
+    their serialization, in order (ros/messages.py takes both from the same peers). Without
     ``set_tail`` it serializes like msg_cls.
 
     Raises:

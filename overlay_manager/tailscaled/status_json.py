@@ -29,8 +29,8 @@ class StatusDecoder:
     """Decodes status bodies one after another, reusing unchanged peers' objects.
 
     One reader at a time (the node's poll thread). The objects it returns for unchanged peers
-    are the same objects it returned before: callers must not change them (peer_rows.PeerRows
-    reuses a peer's row while its object is the same).
+    are the same objects it returned before: callers must not change them (core.peers.SnapshotBuilder
+    keeps a peer's PeerState while its object is the same).
     """
 
     def __init__(self) -> None:

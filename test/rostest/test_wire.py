@@ -1,5 +1,5 @@
-"""Messages serialized once per element (ros/wire.py, from the peer rows of monitor/peer_rows.py) are
-the same bytes on the wire as genpy's, and the node's report builders reuse what did not change."""
+"""Messages serialized once per element (ros/wire.py, kept with each PeerState: core.peers) are the
+same bytes on the wire as genpy's, and the node's report builders reuse what did not change."""
 import io
 import math
 import os
@@ -11,8 +11,7 @@ from rospy.msg import serialize_message
 
 from overlay_manager.core.identity import peer_key
 from overlay_manager.core.levels import Level
-from overlay_manager.core.peers import PeerState, same_but_measurements
-from overlay_manager.monitor.peer_rows import PeerRows, plain_rows
+from overlay_manager.core.peers import PATH_DIRECT, Latency, PeerState, SnapshotBuilder, same_but_measurements
 from overlay_manager.msg import Peer, PeerList
 from overlay_manager.ros import wire
 
@@ -44,7 +43,7 @@ def test_cached_peer_list_is_byte_identical_and_decodes_with_the_stock_class():
     pl.header.frame_id = "x"
     pl.stale = True
     pl.self_peer = peer_msg(_peer(200, path="self"))
-    built = [r.peer_wire(peer_wire) for r in plain_rows(peers)]
+    built = [p.derived(peer_wire) for p in peers]
     pl.peers = [m for m, _ in built]
     pl.set_tail(len(built), b"".join(b for _, b in built))
     plain = PeerList(header=pl.header, stale=True, self_peer=pl.self_peer, peers=[peer_msg(p) for p in peers])
@@ -80,27 +79,28 @@ def test_only_a_last_array_of_messages_can_be_cached():
         wire.cached_tail_class(Peer, "tags")  # an array, but of strings (and not the last field)
 
 
-def test_peer_rows_keep_their_bytes_while_unchanged_and_rebuild_them_with_genpy_on_a_change():
-    """The stage with the node's real builder: an unchanged chunk keeps its row and its bytes
-    object; a latency or path change gives a new row whose bytes are genpy's for the new state."""
+def test_peers_keep_their_bytes_while_unchanged_and_get_genpy_bytes_on_a_change():
+    """The builder with the node's real message builder: an unchanged chunk keeps its PeerState and
+    its bytes object; a latency or path change gives a new PeerState whose bytes are genpy's."""
     from overlay_manager.ros.messages import peer_msg, peer_wire
     from overlay_manager.testing.tsfake import recorded
 
     st = recorded("status_direct.json")
     (key,) = st["Peer"]
-    stage = PeerRows()
-    (r1,) = stage.update(st["Peer"], {}, {})
-    m1, b1 = r1.peer_wire(peer_wire)
-    assert b1 == _plain_bytes(peer_msg(r1.state))
-    (r2,) = stage.update(st["Peer"], {}, {})
-    assert r2 is r1 and r2.peer_wire(peer_wire)[1] is b1 and r2.peer_wire(peer_wire)[0] is m1
-    (r3,) = stage.update(st["Peer"], {}, {peer_key(r1.state): 4.5})          # latency measured
-    m3, b3 = r3.peer_wire(peer_wire)
-    assert r3 is not r1 and m3.latency_ms == 4.5 and b3 != b1 and b3 == _plain_bytes(peer_msg(r3.state))
+    builder = SnapshotBuilder()
+    (p1,) = builder.build(st).peers
+    m1, b1 = p1.derived(peer_wire)
+    assert b1 == _plain_bytes(peer_msg(p1))
+    (p2,) = builder.build(st).peers
+    assert p2 is p1 and p2.derived(peer_wire)[1] is b1 and p2.derived(peer_wire)[0] is m1
+    measured = {peer_key(p1): Latency(4.5, PATH_DIRECT)}
+    (p3,) = builder.build(st, latency=measured).peers                      # latency measured
+    m3, b3 = p3.derived(peer_wire)
+    assert p3 is not p1 and m3.latency_ms == 4.5 and b3 != b1 and b3 == _plain_bytes(peer_msg(p3))
     st["Peer"][key] = dict(st["Peer"][key], CurAddr="")                     # direct -> derp
-    (r4,) = stage.update(st["Peer"], {}, {peer_key(r1.state): 4.5})
-    m4, b4 = r4.peer_wire(peer_wire)
-    assert m4.path == "derp" and b4 != b3 and b4 == _plain_bytes(peer_msg(r4.state))
+    (p4,) = builder.build(st, latency=measured).peers
+    m4, b4 = p4.derived(peer_wire)
+    assert m4.path == "derp" and math.isnan(m4.latency_ms) and b4 != b3 and b4 == _plain_bytes(peer_msg(p4))
 
 
 def test_report_messages_reuse_unchanged_peers_and_diagnostics(monkeypatch):
@@ -146,15 +146,15 @@ def test_report_messages_reuse_unchanged_peers_and_diagnostics(monkeypatch):
 
 
 def test_a_value_that_cannot_be_serialized_still_raises_at_publish():
-    """A row does not hide a bad value: building its bytes raises, the message falls back to genpy,
+    """A peer does not hide a bad value: building its bytes raises, the message falls back to genpy,
     whose publish raises (the node reports that as a publish fault)."""
     from overlay_manager.ros.messages import CachedPeerList
 
     bad = Peer(name="x", latency_ms=math.nan)
     bad.rx_bytes = -1                           # does not fit uint64
-    (row,) = plain_rows([_peer(1)])
+    p = _peer(1)
     with pytest.raises(SerializationError):
-        row.peer_wire(lambda _p: (bad, wire.to_bytes(bad)))
+        p.derived(lambda _p: (bad, wire.to_bytes(bad)))
     pl = CachedPeerList(peers=[bad])
     with pytest.raises(SerializationError):
         _plain_bytes(pl)

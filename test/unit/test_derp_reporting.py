@@ -4,7 +4,6 @@ re-homes), the per-region latency of the NAT check, and the derper host's report
 from __future__ import annotations
 
 import math
-from dataclasses import replace
 
 from overlay_manager.core import nat as N
 from overlay_manager.core import peers as P
@@ -17,13 +16,15 @@ DERP_MAP = {"Regions": {"901": {"RegionID": 901, "RegionCode": "east", "RegionNa
                         "902": {"RegionID": 902, "RegionCode": "west", "RegionName": ""}}}
 
 
-def peer(name: str, path: str, region: str) -> P.PeerState:
-    return P.PeerState(name=name, dns_name=f"{name}.fleet.internal", addresses=("100.64.0.2",), online=True,
-                       active=path != P.PATH_IDLE, path=path, relay_region=region, node_id=name)
+def peer(name: str, path: str, region: str) -> dict:
+    """A peer's ipnstate.PeerStatus on path (direct, derp or idle) with home region region."""
+    return {"ID": name, "HostName": name, "DNSName": f"{name}.fleet.internal.", "TailscaleIPs": ["100.64.0.2"],
+            "Online": True, "Active": path != P.PATH_IDLE, "Relay": region,
+            "CurAddr": "192.0.2.1:41641" if path == P.PATH_DIRECT else ""}
 
 
-def snap(*peers: P.PeerState) -> P.Snapshot:
-    return P.Snapshot(backend_state="Running", self_peer=None, peers=tuple(peers))
+def status(*peers: dict) -> dict:
+    return {"BackendState": "Running", "Peer": {f"nodekey:{p['ID']}": p for p in peers}}
 
 
 def test_region_names_from_the_derp_map() -> None:
@@ -34,20 +35,22 @@ def test_region_names_from_the_derp_map() -> None:
 
 def test_derp_region_named_only_on_derp_links() -> None:
     names = {"east": "East campus"}
-    a, b, c = peer("a", P.PATH_DERP, "east"), peer("b", P.PATH_DIRECT, "east"), peer("c", P.PATH_DERP, "west")
-    s = P.with_region_names(snap(a, b, c), names)
+    st = status(peer("a", P.PATH_DERP, "east"), peer("b", P.PATH_DIRECT, "east"), peer("c", P.PATH_DERP, "west"))
+    builder = P.SnapshotBuilder()
+    s = builder.build(st, names)
     assert [p.derp_region for p in s.peers] == ["East campus", "", "west"]  # no name: the code
-    again = P.with_region_names(s, names)
-    assert all(x is y for x, y in zip(again.peers, s.peers))  # unchanged peers keep their objects
+    again = builder.build(st, dict(names))
+    assert again.peers is s.peers  # unchanged peers keep their objects
+    assert [p.derp_region for p in builder.build(st, {"east": "Campus"}).peers] == ["Campus", "", "west"]
     blinded = P.blind(s, daemon_gone=True)
     assert all(p.derp_region == "" for p in blinded.peers)
-    assert P.peer_fingerprint(s.peers[0]) != P.peer_fingerprint(replace(s.peers[0], derp_region="x"))
+    assert P.peer_fingerprint(s.peers[0]) != P.peer_fingerprint(P.parse_status(st, {"east": "x"}).peers[0])
 
 
 def test_rehome_within_derp_is_a_path_change() -> None:
     names = {"east": "East campus", "west": "West campus"}
-    old = P.with_region_names(snap(peer("a", P.PATH_DERP, "east"), peer("b", P.PATH_DIRECT, "east")), names)
-    new = P.with_region_names(snap(peer("a", P.PATH_DERP, "west"), peer("b", P.PATH_DIRECT, "west")), names)
+    old = P.parse_status(status(peer("a", P.PATH_DERP, "east"), peer("b", P.PATH_DIRECT, "east")), names)
+    new = P.parse_status(status(peer("a", P.PATH_DERP, "west"), peer("b", P.PATH_DIRECT, "west")), names)
     ev = P.path_changes(old, new)
     assert [(e.peer.name, e.old_path, e.new_path, e.peer.derp_region) for e in ev] == [
         ("a", "derp", "derp", "West campus")]  # b is direct: its home region does not matter

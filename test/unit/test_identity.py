@@ -5,7 +5,6 @@ encoder's subscriber_hosts)."""
 from __future__ import annotations
 
 import math
-from dataclasses import replace
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
@@ -75,7 +74,7 @@ def test_hyphenated_name_is_one_label(host: str) -> None:
 
 def test_fqdn_of_a_peer_without_overlay_name_matches_by_first_label() -> None:
     assert refers_to("old.fleet.internal", OLD) and refers_to("OLD", OLD)
-    assert not refers_to("old.fleet.internal", replace(OLD, dns_name="old.other.domain"))
+    assert not refers_to("old.fleet.internal", peer("old", "old.other.domain", ("100.64.0.9",)))
 
 
 def test_host_matcher_agrees_with_refers_to() -> None:
@@ -88,15 +87,15 @@ def test_host_matcher_agrees_with_refers_to() -> None:
 
 def test_peer_key_prefers_the_stable_node_id_and_survives_a_rename() -> None:
     assert peer_key(ALPHA) == "n6"
-    renamed = replace(ALPHA, name="beta", dns_name="beta.fleet.internal")
+    renamed = peer("beta", "beta.fleet.internal", ALPHA.addresses, node_id="n6")
     assert peer_key(renamed) == peer_key(ALPHA)
-    assert peer_key(replace(ALPHA, node_id="")) == "alpha.fleet.internal"  # no id: the DNS name
+    assert peer_key(peer("alpha", "alpha.fleet.internal", ALPHA.addresses)) == "alpha.fleet.internal"  # no id: DNS name
     assert peer_key(OLD) == "old"                                          # neither: the short name
 
 
 def test_a_renamed_peer_is_the_same_peer_for_path_changes() -> None:
     before = Snapshot("Running", None, (ALPHA,))
-    after = Snapshot("Running", None, (replace(ALPHA, name="beta", dns_name="beta.fleet.internal", path=PATH_DERP),))
+    after = Snapshot("Running", None, (peer("beta", "beta.fleet.internal", ALPHA.addresses, PATH_DERP, "n6"),))
     (ev,) = path_changes(before, after)
     assert (ev.peer.name, ev.old_path, ev.new_path) == ("beta", PATH_DIRECT, PATH_DERP)
 

@@ -7,6 +7,7 @@ from dataclasses import replace
 from overlay_manager.core import json_fields as J
 from overlay_manager.core import nat as N
 from overlay_manager.core import peers as P
+from overlay_manager.core.identity import peer_key
 from overlay_manager.testing.tsfake import huge_status, recorded
 
 
@@ -61,7 +62,10 @@ def test_same_but_measurements_ignores_counters_and_latency_only():
     st = recorded("status_direct.json")
     _peer(st)["RxBytes"] = 10 ** 9
     _peer(st)["LastHandshake"] = "2026-11-22T01:00:00Z"
-    b = P.with_latency(P.parse_status(st), {"robotb.fleet.internal": 3.0})
+    builder = P.SnapshotBuilder()
+    builder.build(st)
+    b = builder.build(st, latency={peer_key(a.peers[0]): P.Latency(3.0, P.PATH_DIRECT)})
+    assert b.peers[0].latency_ms == 3.0
     assert P.same_but_measurements(a, b) and P.same_but_measurements(b, a)
     _peer(st)["CurAddr"] = ""
     assert not P.same_but_measurements(a, P.parse_status(st))
@@ -69,7 +73,7 @@ def test_same_but_measurements_ignores_counters_and_latency_only():
     assert not P.same_but_measurements(a, None) and not P.same_but_measurements(None, a)
     fewer = replace(a, peers=a.peers[1:])
     assert not P.same_but_measurements(a, fewer)
-    renamed = replace(a, self_peer=replace(a.self_peer, name="other"))
+    renamed = replace(a, self_peer=P.parse_peer(dict(st["Self"], HostName="other", DNSName=""), is_self=True))
     assert not P.same_but_measurements(a, renamed)
 
 
