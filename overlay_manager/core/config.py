@@ -130,6 +130,10 @@ def parse_derper_settings(r: Reader, raw: Any) -> Optional[DerperSettings]:
 
 
 
+LINK_TOPIC_MODES = ("watched", "active", "none")
+"""Values of node.link_topics (monitor/peer_topics.py says what each chooses)."""
+
+
 def _limits(**kw: float) -> Dict[str, Any]:
     """Field metadata for a numeric setting's range: gt (exclusive low), ge, le."""
     return {"limits": kw}
@@ -174,6 +178,11 @@ class NodeSettings:
     # TCP port of rosbridge's websocket on this machine (robot.launch rosbridge:=true passes it):
     # /diagnostics says when it is reachable beyond loopback and the overlay; 0 = not checked
     rosbridge_port: int = field(default=0, metadata=_limits(ge=0, le=65535))
+    # which peers get a topic of their own, ~links/<ROS name of the peer> (overlay_manager/Peer, for
+    # rqt_plot and PlotJuggler): "watched" (the peers with a measured latency: the ones the node
+    # pings), "active" (those and every peer with recent traffic) or "none"
+    link_topics: str = "watched"
+    max_link_topics: int = field(default=16, metadata=_limits(ge=0, le=1000))  # at most this many
 
 
 @dataclass(frozen=True)
@@ -291,6 +300,9 @@ def _check_node(source: str, node: NodeSettings) -> NodeSettings:
     """Cross-field and range checks that the field types alone do not express."""
     if not 0 < node.iperf_port < 65536:
         raise ConfigError(source, "node.iperf_port", f"{node.iperf_port} is not a TCP port")
+    if node.link_topics not in LINK_TOPIC_MODES:
+        raise ConfigError(source, "node.link_topics", f"{shorten(node.link_topics)} is not one of "
+                          + ", ".join(LINK_TOPIC_MODES))
     return node
 
 

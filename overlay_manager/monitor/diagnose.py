@@ -242,11 +242,14 @@ def derp_reason(nat: NatInfo) -> str:
 
 def peer_diagnostic(p: PeerState, required: bool, derp_why: str) -> Diagnostic:
     """A peer's entry: OK direct, peer-relay or idle; WARN relayed through DERP (derp_why says
-    why); offline is ERROR for a required peer, else OK."""
+    why); offline is ERROR for a required peer, else OK. Its values hold the link's figures as
+    plain numbers (latency_ms, rx_bytes, tx_bytes), which PlotJuggler's /diagnostics parser plots
+    by the entry's name, i.e. by peer."""
     pv: Tuple[Tuple[str, str], ...] = (
         ("dns_name", p.dns_name), ("addresses", " ".join(p.addresses)), ("path", p.path),
         ("endpoint", p.endpoint), ("relay_region", p.relay_region),
-        ("latency_ms", "unknown" if math.isnan(p.latency_ms) else f"{p.latency_ms:.2f}"))
+        ("latency_ms", "unknown" if math.isnan(p.latency_ms) else f"{p.latency_ms:.2f}"),
+        ("rx_bytes", str(p.rx_bytes)), ("tx_bytes", str(p.tx_bytes)))
     name = f"peer {p.name}"
     if p.path == PATH_OFFLINE:
         if required:

@@ -78,6 +78,16 @@ def _call(uri: str, timeout: float, method: str, *args: Any) -> Any:
     return value
 
 
+def master_error(master_uri: str, caller_id: str, timeout_s: float) -> str:
+    """"" when the ROS master answers ``getPid`` within timeout_s seconds, else why not (asked
+    before a call rospy would retry without a timeout, e.g. registering a publisher)."""
+    try:
+        _call(master_uri, timeout_s, "getPid", caller_id)
+    except GraphError as exc:
+        return str(exc)
+    return ""
+
+
 @dataclass
 class GraphSample:
     """One read of the graph. ``node_errors`` says which publishers did not answer and why;

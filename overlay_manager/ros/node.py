@@ -8,6 +8,8 @@ the config as a ~private parameter of the same name (overrides the file). Then:
   at node.publish_rate), ~path_changes (one per change), /diagnostics;
 - disco-ping watched peers every node.ping_interval seconds; netcheck every netcheck_interval;
 - serve ~list_peers ~get_peer ~ping_peer ~wait_for_peer ~measure_link ~get_ros_env ~preflight;
+- publish a few peers' Peer messages on topics named after them, ~links/<ROS name of the peer>
+  (node.link_topics, node.max_link_topics; ros/peer_topics.py), for rqt_plot and PlotJuggler;
 - map which ROS topic connections cross which overlay path every node.topic_links_interval s:
   ~topic_links (latched) and ~get_topic_links; ~host_aliases (host -> machine) maps node hosts
   that are not overlay names; the machines found carrying topics are the ones pinged;
@@ -35,6 +37,7 @@ tailscaled, the ROS master or the log.
 | overlay-derper | ``refresh_derper`` every DERPER_INTERVAL_S (``derper`` key only) | HTTP to localhost (2 s) |
 | overlay-ipnbus | tailscaled's IPN bus; a state or peer change wakes overlay-poll | the bus (stop() closes it) |
 | overlay-topics | ~topic_links every topic_links_interval s (pool: overlay-graph_N) | XML-RPC (XMLRPC_TIMEOUT_S) |
+| overlay-links | plans ~links/<peer> every LINKS_INTERVAL_S; advertises, unregisters | the master (getPid, 1 s) |
 | overlay-enrol | ``ensure_enrolled`` until it succeeds; sets ``m.enrol_error`` | LocalAPI, `tailscale up` (bounded) |
 | overlay-log | writes queued log lines with rospy | rospy logging (it may wait for the master) |
 | rospy service threads | the services | LocalAPI, iperf3; never a lock publishing needs |
@@ -48,7 +51,9 @@ Locks: ``OverlayMonitor._lock`` guards its latency map and in-flight pings (no I
 ``Worker._lock`` guards a worker's counters; ``LogQueue`` has its own condition. What tailscaled
 said is an immutable ``monitor.readings.Reading`` swapped by one assignment. Change detection state
 (``_last_*``) and publish faults belong to overlay-report alone; path changes reach it through a
-deque (thread-safe append/popleft).
+deque (thread-safe append/popleft). The ~links/<peer> publishers reach it as one dict that
+overlay-links replaces whole (``PeerTopics.publishers``); rospy registers and unregisters a topic
+with the master while holding its topic manager's lock, which publishing does not take.
 """
 
 from __future__ import annotations
@@ -68,6 +73,7 @@ from overlay_manager.monitor.overlay_monitor import OverlayMonitor
 from overlay_manager.monitor.readings import ERROR, STATUS_TIMEOUT_S, Freshness, Reading
 from overlay_manager.msg import OverlayStatus, PathChange, PeerList, PreflightCheck
 from overlay_manager.ros.messages import ReportMessages, path_change_msg, peer_msg, status_key
+from overlay_manager.ros.peer_topics import LINKS_INTERVAL_S, TOPIC_PREFIX, PeerTopics
 from overlay_manager.ros.topic_links import XMLRPC_TIMEOUT_S, TopicLinkReporter
 from overlay_manager.srv import (
     GetPeer,
@@ -182,6 +188,10 @@ class OverlayNode:
             self.workers.append(Worker("overlay-derper", self._derper_cycle, DERPER_INTERVAL_S, 15.0, log,
                                        start=False))
         self.topics = TopicLinkReporter(monitor, host_aliases)
+        self.peer_topics = PeerTopics(monitor, log)
+        if self.peer_topics.enabled:
+            self.workers.append(Worker("overlay-links", self.peer_topics.cycle, LINKS_INTERVAL_S, 30.0, log,
+                                       start=False))
         self._last_poll = 0.0                              # overlay-poll only (monotonic s)
         self._bus_woke = threading.Event()                 # set by overlay-ipnbus
         self._bus_was_connected = False                    # overlay-report only
@@ -320,7 +330,9 @@ class OverlayNode:
                          or not same_but_measurements(last[0], reading.snapshot))
         if periodic or peers_changed:
             self._last_peers = (reading.snapshot, fresh.stale)
-            self._publish(self.pub_peers, self.peer_list_msg(reading, fresh, now), "~peers")
+            pl = self.peer_list_msg(reading, fresh, now)
+            self._publish(self.pub_peers, pl, "~peers")
+            self._publish_links(reading, pl)
         st = self.status_msg(reading, fresh, health)  # after ~peers: its publish fault shows at once
         key = status_key(st)
         status_changed = key is None or key != self._last_status
@@ -346,6 +358,15 @@ class OverlayNode:
             self._publish_faults[topic] = text
         else:
             self._publish_faults.pop(topic, None)
+
+    def _publish_links(self, reading: Reading, pl: PeerList) -> None:
+        """~links/<peer>: the chosen peers' elements of ~peers, each on its own topic."""
+        snap = reading.snapshot
+        self.peer_topics.publish(snap.peers if snap else (), pl.peers, self._publish)
+        if self._publish_faults:  # a fault of a topic that is gone goes with it
+            live = set(self.peer_topics.topic_names())
+            for topic in [t for t in self._publish_faults if t.startswith(TOPIC_PREFIX) and t not in live]:
+                del self._publish_faults[topic]
 
     def peer_list_msg(self, reading: Reading, fresh: Freshness, now: rospy.Time) -> PeerList:
         """~peers (see ReportMessages.peer_list)."""

@@ -74,6 +74,19 @@ class NodeInterface(unittest.TestCase):
         wait_for("latency in ~peers",
                  lambda: self.msgs.get("peers") and not math.isnan(self.msgs["peers"].peers[0].latency_ms))
 
+    def test_link_topic_carries_the_peer_by_name(self):
+        """~links/robotb: robotb's Peer message on a topic named after it once the node has its
+        latency (node.link_topics "watched"), so `rqt_plot /overlay_manager/links/robotb/latency_ms` works."""
+        got = []
+        rospy.Subscriber(NS + "links/robotb", Peer, got.append)
+        pp = rospy.ServiceProxy(NS + "ping_peer", PingPeer)(name="robotb", count=1, timeout=1.0)
+        self.assertTrue(pp.ok, pp.message)
+        m = wait_for("~links/robotb with a latency",
+                     lambda: next((m for m in reversed(got) if not math.isnan(m.latency_ms)), None))
+        self.assertEqual((m.name, m.path, m.endpoint), ("robotb", Peer.PATH_DIRECT, "10.250.0.3:41641"))
+        self.assertGreater(m.latency_ms, 0)
+        self.assertEqual(dict(rospy.get_published_topics())[NS + "links/robotb"], "overlay_manager/Peer")
+
 
 if __name__ == "__main__":
     rospy.init_node("test_node_interface")

@@ -28,7 +28,10 @@ class FakePub:
     """Stands in for rospy.Publisher: keeps what was published, serialized like rospy does."""
 
     def __init__(self, topic, *_a, **_kw):
-        self.topic, self.sent = topic, []
+        self.topic, self.sent, self.unregistered = topic, [], False
+
+    def unregister(self):
+        self.unregistered = True
 
     def publish(self, m):
         import io
@@ -223,3 +226,74 @@ def test_a_dead_or_stuck_thread_is_an_error_naming_it(rig):
     finally:
         release.set()
         stuck.stop()
+
+
+def test_link_topics_carry_a_watched_peer_by_its_ros_name(rig):
+    """~links/<ROS name of the peer>: created by overlay-links once the peer has a latency, only
+    after the master answered; overlay-report publishes the very Peer message ~peers carries;
+    a peer that leaves the tailnet loses its topic, unregistered one cycle later."""
+    fake, n = rig
+    p = _peer(fake)
+    p["HostName"], p["DNSName"] = "alpha-robotb", "alpha-robotb.fleet.internal."
+    links = n.peer_topics
+    assert any(w.name == "overlay-links" for w in n.workers)
+    links._ask_master = lambda: ""
+    _cycle(n, periodic=True)
+    links.cycle()
+    assert links.publishers == {}                       # no latency yet: not watched
+    assert n.m.ping("alpha-robotb", 1, 2.0).ok
+    links._ask_master = lambda: "getPid at http://alpha-robot1.fleet.internal:11311: timed out"
+    n._poll_cycle()
+    links.cycle()
+    links.cycle()
+    assert links.publishers == {}                       # the master does not answer: nothing advertised
+    assert [t for _, t in n.logged if "wait for the ROS master" in t] == [
+        "overlay_manager: ~links/* topics wait for the ROS master: getPid at "
+        "http://alpha-robot1.fleet.internal:11311: timed out"]
+    links._ask_master = lambda: ""
+    links.cycle()
+    (pub, name), = links.publishers.values()
+    assert name == pub.topic == "~links/alpha_robotb"
+    out = _cycle(n, periodic=True)
+    (sent,) = pub.sent
+    assert sent is out["~peers"][0].peers[0] and sent.name == "alpha-robotb" and sent.latency_ms > 0
+    _peer(fake)["RxBytes"] = 987654321
+    assert _cycle(n)["~peers"] == [] and len(pub.sent) == 1      # counters: at publish_rate, like ~peers
+    _cycle(n, periodic=True)
+    assert pub.sent[-1].rx_bytes == 987654321
+    fake.status["Peer"] = {}
+    n._poll_cycle()
+    links.cycle()
+    assert links.publishers == {} and not pub.unregistered      # retired: no longer published ...
+    _cycle(n, periodic=True)
+    assert len(pub.sent) == 2
+    links.cycle()
+    assert pub.unregistered                                     # ... and unregistered a cycle later
+
+
+@pytest.mark.parametrize("rig", [{"link_topics": "none"}, {"max_link_topics": 0}], indirect=True)
+def test_no_link_topics_no_thread(rig):
+    fake, n = rig
+    assert not n.peer_topics.enabled and not any(w.name == "overlay-links" for w in n.workers)
+
+
+def test_a_link_topic_that_cannot_be_advertised_is_retried_and_logged_once(rig):
+    fake, n = rig
+    links = n.peer_topics
+    links._ask_master = lambda: ""
+    n._poll_cycle()
+    assert n.m.ping("robotb", 1, 2.0).ok
+    n._poll_cycle()
+
+    def refuse(name, *_a, **_kw):
+        raise rospy.ROSException(f"cannot register {name}")
+
+    links._make = refuse
+    links.cycle()
+    links.cycle()
+    assert links.publishers == {}
+    assert [t for _, t in n.logged if "cannot advertise" in t] == [
+        "overlay_manager: cannot advertise ~links/robotb (peer robotb): cannot register ~links/robotb"]
+    links._make = FakePub
+    links.cycle()
+    assert [name for _, name in links.publishers.values()] == ["~links/robotb"]
