@@ -12,7 +12,7 @@ the ROS master:
   later, when the reporting thread no longer publishes on it. The publishers in force are handed
   over as one dict, replaced whole, never changed in place.
 - overlay-report (:meth:`PeerTopics.publish`) publishes each chosen peer's ``Peer`` message, the
-  very object ``~peers`` carries (built once per peer row), on its topic whenever it publishes
+  very object ``~peers`` carries (built once per changed PeerState), on its topic whenever it publishes
   ``~peers``: a dictionary lookup per peer and a non-blocking publish per topic.
 """
 
