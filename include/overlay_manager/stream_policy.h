@@ -19,7 +19,7 @@ namespace overlay_manager
 {
 
 /// Path names: overlay_manager/Peer's PATH_* constants (overlay_msgs/msg/Peer.msg is their one
-/// definition; test/unit/test_path_words.py checks these literals against it).
+/// definition; test/unit/project/test_path_words.py checks these literals against it).
 namespace paths
 {
 const char* const kSelf = "self";            ///< subscriber runs on this machine: no overlay link

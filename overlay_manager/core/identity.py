@@ -3,7 +3,7 @@
 Every lookup of a peer goes through here: the monitor's find (services ``~get_peer``,
 ``~ping_peer``, ...), watched and required peers, path changes, latency, and the topic-link map.
 The C++ encoder's ``subscriber_hosts`` applies the same rules; ``test/data/host_matching_cases.yaml``
-runs against both (test/unit/test_identity.py, test/cpp/test_host_matching.cpp).
+runs against both (test/unit/core/test_identity.py, test/cpp/test_host_matching.cpp).
 
 Peer key (:func:`peer_key`): what stays the same for one machine while it exists in the tailnet:
 tailscaled's stable node id (ipnstate ``ID``), else its overlay name (DNS name), else its short

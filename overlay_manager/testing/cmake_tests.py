@@ -3,7 +3,7 @@
 ``catkin_make run_tests`` runs what CMakeLists.txt registers (``add_rostest(...)``,
 ``catkin_add_gtest(...)``); the pytest suite runs the same list (test/rostest/test_rostest.py,
 test/cpp/test_gtests.py) by reading those lines here, so no second list can drift from it.
-test/unit/test_cmake_tests.py fails on a launch file in test/rostest/ or a gtest source in test/cpp/
+test/unit/project/test_cmake_tests.py fails on a launch file in test/rostest/ or a gtest source in test/cpp/
 that CMakeLists.txt does not register, and on a registration whose file is gone.
 
 Plain Python (no ROS, Python 3.8): the unit tests read it without a workspace.

@@ -3,7 +3,7 @@
 The list is CMakeLists.txt's ``catkin_add_gtest(...)`` lines (overlay_manager.testing.cmake_tests),
 the same list ``catkin_make run_tests`` runs; the binaries are the ones ``catkin_make tests`` built
 into the sourced devel space (scripts/build). A gtest source in test/cpp/ that is not registered is
-skipped here with the line to add (and test/unit/test_cmake_tests.py fails until it is added)."""
+skipped here with the line to add (and test/unit/project/test_cmake_tests.py fails until it is added)."""
 import os
 import subprocess
 

@@ -1,5 +1,5 @@
 // The shared host -> machine -> path table (test/data/host_matching_cases.yaml) against the C++
-// encoder's subscriber_hosts; test/unit/test_identity.py runs the same table against the Python
+// encoder's subscriber_hosts; test/unit/core/test_identity.py runs the same table against the Python
 // side (core/topic_links.py MachineMap), so both answer every case the same way.
 #include "overlay_manager/subscriber_hosts.h"
 

@@ -28,7 +28,7 @@ from overlay_manager.system import mounts as M
 
 REPO = Path(__file__).resolve().parents[2]
 
-HARNESS = REPO / "test" / "unit" / "hosts_kill.py"
+HARNESS = REPO / "overlay_manager" / "testing" / "hosts_kill.py"
 
 pytestmark = pytest.mark.skipif(
     os.geteuid() != 0 or not all(shutil.which(t) for t in ("unshare", "nsenter", "mount", "getent")),

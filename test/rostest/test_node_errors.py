@@ -112,7 +112,7 @@ def _raw_config(tmp_path, case):
 
 
 # The real node for the inputs that once crashed it; every other hostile input goes through
-# the same loader and is covered by test/unit/test_validation.py (loaders and CLIs).
+# the same loader and is covered by test/unit/core/test_validation.py (loaders and CLIs).
 @pytest.mark.parametrize("case,key", [
     ("nan", "node.publish_rate"), ("inf", "node.poll_rate"), ("directory", "(file)"),
     ("binary", "(file)"), ("deep", "(yaml)"), ("key-as-path", "auth_key_file"), ("big", "hostname"),

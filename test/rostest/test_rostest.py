@@ -2,7 +2,7 @@
 
 The list is CMakeLists.txt's ``add_rostest(...)`` lines (overlay_manager.testing.cmake_tests), the
 same list ``catkin_make run_tests`` runs; a launch file in test/rostest/ that is not registered there
-is skipped here with the line to add (and test/unit/test_cmake_tests.py fails until it is added).
+is skipped here with the line to add (and test/unit/project/test_cmake_tests.py fails until it is added).
 Each run may take its launch file's largest ``time-limit`` plus the time roscore and the nodes need
 to start and stop."""
 import os
