@@ -78,7 +78,7 @@ def _excerpt(log: str) -> str:
     except OSError:
         return f"(no log at {log})"
     m = REPORT.search(text)
-    lines = text[m.start():].splitlines()[:80] if m else text.splitlines()[-60:]
+    lines = text[text.rfind("\n", 0, m.start()) + 1:].splitlines()[:80] if m else text.splitlines()[-60:]
     return "\n".join(lines)
 
 
