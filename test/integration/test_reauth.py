@@ -61,11 +61,14 @@ def test_rotate_then_reauth_keeps_the_node(server: Server) -> None:  # noqa: F81
     assert plain.returncode == 0 and "already enrolled" in plain.stderr, plain.stderr
     old_node_key = ts.status().get("Self", {}).get("PublicKey")
     reauth = overlay_env(config, "--enrol", "--reauth")
-    if reauth.returncode != 0 and "authkey already used" in reauth.stderr:
-        # Seen about one run in three on a loaded machine: the key was unused before this login and
-        # used after it, yet `tailscale up` reported "authkey already used" (tailscaled 1.102 sent
-        # its registration twice and headscale refused the second). overlay_env reported it as the
-        # one-line failure with its fix, as it should; the lab does what the fix says: a new key.
+    for _ in range(3):
+        if reauth.returncode == 0 or "authkey already used" not in reauth.stderr:
+            break
+        # Seen in about one run in three on a loaded machine (2 shared cores, load 3-9), with
+        # headscale built either way: the key was unused before this login and used after it, yet
+        # `tailscale up --force-reauth` reported "authkey already used" (the registration reached
+        # headscale twice). overlay_env reported it as the one-line failure with its fix, as it
+        # should; the lab does what the fix says, a new key, and a later attempt goes through.
         print(f"reauth refused the fresh key as already used; rotating again: {reauth.stderr.strip()[:200]}")
         rotate(server.dep, server.fleet, HOST, out)
         new_key = (out / "auth.key").read_text()
