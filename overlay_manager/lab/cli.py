@@ -8,6 +8,10 @@
     lab headscale stop|start
     lab impair LINK [--delay MS] [--jitter MS] [--loss PCT] [--rate MBIT] | lab impair LINK --clear
     lab ping HOST PEER
+    lab move HOST BUILDING [--handover S] | lab move HOST --home
+    lab flap TARGET [--kind link|udp] [--count N] [--period S] [--down S]
+    lab kill-tailscaled HOST | lab start-tailscaled HOST | lab kill-derper HOST | lab start-derper HOST
+    lab actions [--json]
     lab down [--run-id ID | --all]
     lab nat-matrix [--out DIR] [--count N] [--parallel N] [--keep] [--relay]   (own run; see matrix/run.py)
 
@@ -68,6 +72,24 @@ def _parser() -> argparse.ArgumentParser:
     pg = command("ping", "tailscale ping from HOST to PEER; prints the path")
     pg.add_argument("host", help="host to ping from")
     pg.add_argument("peer", help="host to ping (short name)")
+    mv = command("move", "roam a host's LAN link to another building (new address, gateway, NAT)")
+    mv.add_argument("host", help="host to move")
+    mv.add_argument("building", nargs="?", help="building to move it to")
+    mv.add_argument("--home", action="store_true", help="move it back to its own building")
+    mv.add_argument("--handover", type=float, default=0.0, help="seconds without carrier in between")
+    fl = command("flap", "take a link down and up on a schedule (runs until done)")
+    fl.add_argument("target", help="a host (kind link: its LAN link) or a building (kind udp)")
+    fl.add_argument("--kind", choices=["link", "udp"], default="link", help="link carrier or UDP at the router")
+    fl.add_argument("--count", type=int, default=10, help="number of flaps")
+    fl.add_argument("--period", type=float, default=2.0, help="seconds from one flap to the next")
+    fl.add_argument("--down", type=float, default=1.0, help="seconds down per flap")
+    for name, text in (("kill-tailscaled", "kill -9 a host's tailscaled (e.g. a peer relay dies)"),
+                       ("start-tailscaled", "start a host's tailscaled again"),
+                       ("kill-derper", "kill -9 derper on a host (its region dies, the host stays up)"),
+                       ("start-derper", "start derper on a host again")):
+        command(name, text).add_argument("host", help="host name from the spec")
+    ac = command("actions", "the run's runtime actions with their times (monotonic and wall clock)")
+    ac.add_argument("--json", action="store_true", help="one JSON object per line")
     dn = command("down", "tear a run down (also after a crash)")
     dn.add_argument("--all", action="store_true", help="every lab run and leftover on this machine")
     from overlay_manager.lab.matrix.run import add_arguments as matrix_arguments
@@ -161,6 +183,30 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         elif args.cmd == "impair":
             imp = None if args.clear else Impairment(args.delay, args.jitter, args.loss, args.rate)
             lab.impair(args.link, imp)
+        elif args.cmd == "move":
+            if args.home == bool(args.building):
+                raise LabError("lab move HOST BUILDING or lab move HOST --home (exactly one)")
+            rec = (lab.move_home(args.host, args.handover) if args.home
+                   else lab.move(args.host, args.building, args.handover))
+            print(f"{args.host}: {rec['from_building']} {rec['old_address']} -> {rec['to_building']} "
+                  f"{rec['new_address']} in {rec['done_mono'] - rec['t_mono']:.3f} s")
+        elif args.cmd == "flap":
+            recs = lab.flap(args.target, args.kind, args.count, args.period, args.down)
+            print(f"{args.target}: {len(recs)} actions ({args.kind}), see `lab actions`")
+        elif args.cmd == "kill-tailscaled":
+            lab.kill_tailscaled(args.host)
+        elif args.cmd == "start-tailscaled":
+            lab.restore_tailscaled(args.host)
+        elif args.cmd == "kill-derper":
+            lab.kill_derper(args.host)
+        elif args.cmd == "start-derper":
+            lab.start_derper(args.host)
+        elif args.cmd == "actions":
+            from overlay_manager.lab.campus.mobility import read_actions
+            for r in read_actions(lab.actions.path):
+                print(json.dumps(r) if args.json else
+                      f"{r['t_wall']:.3f} (mono {r['t_mono']:.3f}, {r['done_mono'] - r['t_mono']:.3f} s) "
+                      f"{r['action']} {r['target']}" + (f" ERROR {r['error']}" if "error" in r else ""))
         elif args.cmd == "ping":
             r = lab.ping(args.host, args.peer)
             print(f"{args.host} -> {args.peer}: {r.path} {r.via} {r.latency_ms:g} ms")

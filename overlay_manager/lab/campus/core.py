@@ -56,6 +56,7 @@ from overlay_manager.lab.campus.layout import (
     RunLayout,
     missing_prerequisites,
 )
+from overlay_manager.lab.campus.mobility import ActionLog, Attachment, Mobility, flap_schedule, run_schedule
 from overlay_manager.lab.campus.naming import Names, check_run_id, new_run_id
 from overlay_manager.lab.campus.network import Network
 from overlay_manager.lab.campus.processes import Processes
@@ -102,6 +103,9 @@ class Lab:
         self.control = ControlServer(self.layout, self.procs, self.echo, robot_overrides)
         self.tailscaleds = Tailscaleds(self.layout, self.procs, self.control, self.echo)
         self.derpers = Derpers(self.layout, self.procs, self.control, self.echo)
+        self.actions = ActionLog(self.run_dir / "actions.jsonl")
+        """Every runtime action (block/unblock, move, flap, kills) with its times (mobility.py)."""
+        self.mobility = Mobility(self.names, self.run_state, self.echo, self.actions)
 
     # --- paths and names (layout.py) --------------------------------------------------------
     @property
@@ -139,7 +143,10 @@ class Lab:
         return self.layout.namespace(node)
 
     def address(self, host: str) -> str:
-        """A host's LAN (underlay) address; for a building, its router's public (backbone) address."""
+        """A host's LAN (underlay) address where it is plugged in now (see :meth:`move`); for a
+        building, its router's public (backbone) address."""
+        if host in self.hosts:
+            return self.mobility.where(host).address
         return self.layout.address(host)
 
     @property
@@ -255,7 +262,8 @@ class Lab:
         st = self.state()
         hosts = {}
         for h in self.spec.hosts:
-            entry: Dict[str, Any] = {"building": h.building, "namespace": self.names.host_ns(h.name),
+            entry: Dict[str, Any] = {"building": self.mobility.where(h.name).building,
+                                     "namespace": self.names.host_ns(h.name),
                                      "address": self.address(h.name), "socket": str(self.socket_path(h.name))}
             try:
                 ts = self.tailscale_status(h.name)
@@ -367,17 +375,78 @@ class Lab:
     # --- runtime actions (network.py) -------------------------------------------------------
     def block_udp(self, building: str) -> None:
         """Drop all UDP the building's router forwards (both ways): direct paths break, DERP stays."""
-        self.net.set_router_flags(building, udp_blocked=True)
+        self.actions.run("block-udp", building, lambda: self.net.set_router_flags(building, udp_blocked=True))
 
     def unblock_udp(self, building: str) -> None:
         """Undo :meth:`block_udp` and :meth:`udp_servers_only`."""
-        self.net.set_router_flags(building, udp_blocked=False, udp_servers_only=False)
+        self.actions.run("unblock-udp", building, lambda: self.net.set_router_flags(
+            building, udp_blocked=False, udp_servers_only=False))
 
     def udp_servers_only(self, building: str) -> None:
         """Let the building's router forward UDP only to and from the campus servers (STUN and
         the peer relays' ports), like the ``udp-servers`` NAT kind: direct paths break, peer
         relays and DERP stay."""
-        self.net.set_router_flags(building, udp_servers_only=True)
+        self.actions.run("udp-servers-only", building, lambda: self.net.set_router_flags(
+            building, udp_servers_only=True))
+
+    # --- robots that move (mobility.py) -------------------------------------------------------
+    def where(self, host: str) -> Attachment:
+        """Where ``host``'s LAN link is plugged in now (building, address, gateway)."""
+        return self.mobility.where(host)
+
+    def move(self, host: str, building: str, handover_s: float = 0.0) -> Dict[str, Any]:
+        """Roam ``host`` to ``building``'s LAN (new address and gateway, that building's NAT; the
+        overlay address stays), ``handover_s`` seconds without carrier in between. Returns the
+        action record (``t_mono``/``t_wall``/``done_mono``)."""
+        return self.mobility.move(host, building, handover_s)
+
+    def move_home(self, host: str, handover_s: float = 0.0) -> Dict[str, Any]:
+        """Roam ``host`` back to the building the spec puts it in."""
+        return self.mobility.move(host, self.spec.host(host).building, handover_s)
+
+    def link_down(self, host: str) -> Dict[str, Any]:
+        """The host's LAN link loses carrier (its access point goes away)."""
+        return self.mobility.link_down(host)
+
+    def link_up(self, host: str) -> Dict[str, Any]:
+        """Undo :meth:`link_down`."""
+        return self.mobility.link_up(host)
+
+    def flap(self, target: str, kind: str = "link", count: int = 1, period_s: float = 2.0,
+             down_s: float = 1.0, stop: Optional[Any] = None) -> List[Dict[str, Any]]:
+        """Flap ``count`` times, one every ``period_s`` s, down for ``down_s`` s each: ``kind``
+        ``link`` = a host's LAN link loses carrier, ``udp`` = a building's router blocks UDP.
+        ``stop()`` true ends it early; the link is always left up. Returns the action records."""
+        if kind == "link":
+            actions = {"down": lambda: self.link_down(target), "up": lambda: self.link_up(target)}
+        elif kind == "udp":
+            actions = {"down": lambda: self.block_udp(target), "up": lambda: self.unblock_udp(target)}
+        else:
+            raise LabError(f"flap kind {kind!r}: expected link (a host) or udp (a building)")
+        t0 = time.monotonic()
+        try:
+            run_schedule(flap_schedule(count, period_s, down_s), actions, stop)
+        finally:
+            last = self.actions.since(t0)
+            if last and last[-1]["action"] in ("link-down", "block-udp"):
+                actions["up"]()
+        return self.actions.since(t0)
+
+    def kill_tailscaled(self, host: str) -> Dict[str, Any]:
+        """``kill -9`` the host's tailscaled (a crash: no clean shutdown; e.g. a peer relay dies)."""
+        return self.actions.run("kill-tailscaled", host, lambda: self.procs.kill(f"tailscaled:{host}"))
+
+    def restore_tailscaled(self, host: str) -> Dict[str, Any]:
+        """Start the host's tailscaled again (its state keeps login and prefs, a relay server's
+        port too) and wait until it answers."""
+        def do() -> None:
+            self.start_tailscaled(host)
+            self.wait_tailscaled(host)
+        return self.actions.run("start-tailscaled", host, do)
+
+    def kill_derper(self, host: str) -> Dict[str, Any]:
+        """``kill -9`` derper on ``host`` (its host stays up and answers ICMP): its region dies."""
+        return self.actions.run("kill-derper", host, lambda: self.procs.kill(f"derper:{host}"))
 
     def enable_relays(self) -> None:
         """Turn on every relay host's relay server from its bundle (as the node does); see
@@ -396,7 +465,7 @@ class Lab:
 
     def start_derper(self, host: str) -> None:
         """Start derper on ``host`` (again) and wait until it listens."""
-        self.derpers.start(host)
+        self.actions.run("start-derper", host, lambda: self.derpers.start(host))
 
     def stop_derper(self, host: str) -> None:
         """Stop derper on ``host`` (by pid): its region goes away, its clients re-home."""

@@ -7,11 +7,13 @@ that the pid still runs the recorded argv. Nothing is ever stopped by name.
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 from pathlib import Path
 from typing import Any, Dict, Mapping, Optional, Sequence, Union
 
 from overlay_manager.lab.campus import system
+from overlay_manager.lab.campus.errors import LabError
 from overlay_manager.lab.campus.layout import RunLayout
 from overlay_manager.lab.campus.state import RunState, argv_matches
 from overlay_manager.lab.campus.system import Echo
@@ -64,6 +66,23 @@ class Processes:
             except subprocess.TimeoutExpired:
                 system.kill_group(proc.pid)
                 proc.wait(timeout=5)
+        self.untrack(key)
+
+    def kill(self, key: str) -> None:
+        """SIGKILL one tracked process by pid (checked to still be the process we started), as a
+        crash or ``kill -9`` ends it: no clean shutdown. LabError when it is not running."""
+        proc = self.procs.get(key)
+        info = self.state.read().get("processes", {}).get(key)
+        pid = proc.pid if proc is not None else (info or {}).get("pid")
+        if pid is None or not argv_matches(pid, (info or {}).get("argv", [])):
+            raise LabError(f"cannot kill {key}: it is not running (no live process recorded under that key)")
+        self.echo(f"({(info or {}).get('ns', '?')}) kill -9 {pid}  # {key}")
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        if proc is not None:
+            proc.wait(timeout=10)
         self.untrack(key)
 
     def host_env(self, host: str, env: Optional[Mapping[str, str]] = None) -> Dict[str, str]:
