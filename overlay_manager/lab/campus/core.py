@@ -373,20 +373,21 @@ class Lab:
         return self.tailscaleds.ping(host, peer, count, timeout, until_direct)
 
     # --- runtime actions (network.py) -------------------------------------------------------
-    def block_udp(self, building: str) -> None:
-        """Drop all UDP the building's router forwards (both ways): direct paths break, DERP stays."""
-        self.actions.run("block-udp", building, lambda: self.net.set_router_flags(building, udp_blocked=True))
+    def block_udp(self, building: str) -> Dict[str, Any]:
+        """Drop all UDP the building's router forwards (both ways): direct paths break, DERP stays.
+        Returns the action record (mobility.ActionLog)."""
+        return self.actions.run("block-udp", building, lambda: self.net.set_router_flags(building, udp_blocked=True))
 
-    def unblock_udp(self, building: str) -> None:
-        """Undo :meth:`block_udp` and :meth:`udp_servers_only`."""
-        self.actions.run("unblock-udp", building, lambda: self.net.set_router_flags(
+    def unblock_udp(self, building: str) -> Dict[str, Any]:
+        """Undo :meth:`block_udp` and :meth:`udp_servers_only`; returns the action record."""
+        return self.actions.run("unblock-udp", building, lambda: self.net.set_router_flags(
             building, udp_blocked=False, udp_servers_only=False))
 
-    def udp_servers_only(self, building: str) -> None:
+    def udp_servers_only(self, building: str) -> Dict[str, Any]:
         """Let the building's router forward UDP only to and from the campus servers (STUN and
         the peer relays' ports), like the ``udp-servers`` NAT kind: direct paths break, peer
-        relays and DERP stay."""
-        self.actions.run("udp-servers-only", building, lambda: self.net.set_router_flags(
+        relays and DERP stay. Returns the action record."""
+        return self.actions.run("udp-servers-only", building, lambda: self.net.set_router_flags(
             building, udp_servers_only=True))
 
     # --- robots that move (mobility.py) -------------------------------------------------------
@@ -463,9 +464,9 @@ class Lab:
             for h in hosts:
                 self.derpers.start(h)
 
-    def start_derper(self, host: str) -> None:
-        """Start derper on ``host`` (again) and wait until it listens."""
-        self.actions.run("start-derper", host, lambda: self.derpers.start(host))
+    def start_derper(self, host: str) -> Dict[str, Any]:
+        """Start derper on ``host`` (again) and wait until it listens; returns the action record."""
+        return self.actions.run("start-derper", host, lambda: self.derpers.start(host))
 
     def stop_derper(self, host: str) -> None:
         """Stop derper on ``host`` (by pid): its region goes away, its clients re-home."""

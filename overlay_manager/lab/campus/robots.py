@@ -105,11 +105,13 @@ class Recorder:
         rec.stop(); rec.events
     """
 
-    def __init__(self, lab: Lab, host: str, image: str = "", nodes: Sequence[str] = (), name: str = "record") -> None:
+    def __init__(self, lab: Lab, host: str, image: str = "", nodes: Sequence[str] = (), name: str = "record",
+                 compressed: bool = False) -> None:
         self.lab, self.host = lab, host
         self.path = Path(lab.host_dir(host)) / f"{name}.jsonl"
         self.path.write_text("")
-        args = ["probe.main", "record"] + (["--image", image] if image else [])
+        args = (["probe.main", "record"] + (["--image", image] if image else [])
+                + (["--compressed"] if compressed else []))
         for n in nodes:
             args += ["--node", n]
         line = (f"{overlay_env_line(lab, host)} && exec {shlex.quote(_python())} -m overlay_manager.lab."

@@ -106,6 +106,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     t.add_argument("--timeout", type=float, default=30.0, help="for the first echo")
     e = sub.add_parser("record", help="stream events as JSON lines until SIGTERM/SIGINT or --seconds")
     e.add_argument("--image", default="", help="an image topic: one line per frame (seq, latency)")
+    e.add_argument("--compressed", action="store_true", help="the image topic is sensor_msgs/CompressedImage "
+                   "(JPEG or H.264 streams), not sensor_msgs/Image")
     e.add_argument("--node", action="append", default=[], help="an overlay node: its ~peers paths, "
                    "~path_changes, ~status and its /diagnostics overlay entry")
     e.add_argument("--seconds", type=float, default=0.0, help="0 = until SIGTERM/SIGINT")
@@ -327,6 +329,8 @@ def control_round_trip(rospy: Any, out_topic: str, echo_topic: str, rate_hz: flo
     measuring = threading.Event()
     first = threading.Event()
 
+    arrivals: List[float] = []
+
     def cb(msg: Any) -> None:
         now = time.monotonic()
         first.set()
@@ -334,6 +338,7 @@ def control_round_trip(rospy: Any, out_topic: str, echo_topic: str, rate_hz: flo
         t0 = sent.pop(seq, None)
         if t0 is not None and measuring.is_set():
             rtts.append((now - t0) * 1000.0)
+            arrivals.append(now)
 
     pub = rospy.Publisher(out_topic, Twist, queue_size=100, tcp_nodelay=True)
     sub = rospy.Subscriber(echo_topic, Twist, cb, queue_size=100, tcp_nodelay=True)
@@ -364,18 +369,44 @@ def control_round_trip(rospy: Any, out_topic: str, echo_topic: str, rate_hz: flo
             return None
         send_for(1.0)
         sent.clear()
+        conns_start = connection_ids(rospy, (out_topic, echo_topic))
         measuring.set()
         t_start = time.monotonic()
         n = send_for(seconds)
         t_end = time.monotonic()
         time.sleep(1.0)  # late echoes
         measuring.clear()
+        conns_end = connection_ids(rospy, (out_topic, echo_topic))
     finally:
         sub.unregister()
         pub.unregister()
+    edges = [t_start] + arrivals + [t_end]
+    gaps = [(a, b - a) for a, b in zip(edges, edges[1:]) if b - a >= GAP_REPORT_S]
     return {"sent": n, "received": len(rtts), "rate_hz": rate_hz, "seconds": seconds,
             **latency_stats(rtts, "rtt"), "rtt_min_ms": min(rtts) if rtts else None,
-            "t_start": t_start, "t_end": t_end}
+            "t_start": t_start, "t_end": t_end,
+            "echo_gaps": [[round(a, 3), round(g, 3)] for a, g in gaps],
+            "echo_max_gap_s": round(max((b - a for a, b in zip(edges, edges[1:])), default=0.0), 3),
+            "connections_start": conns_start, "connections_end": conns_end}
+
+
+GAP_REPORT_S = 0.1
+"""Gaps between echoes at least this long are listed (start CLOCK_MONOTONIC s, length s): five
+periods of the 50 Hz round trip."""
+
+
+def connection_ids(rospy: Any, topics: Any) -> List[List[Any]]:
+    """This process's ROS connections on ``topics``: [connection id, topic, direction, the other
+    end's caller id or URI], sorted. rospy numbers every new connection, so the same list before
+    and after an event means no connection was re-established."""
+    from rospy.impl.registration import get_topic_manager
+
+    out = []
+    for info in get_topic_manager().get_pub_sub_info():
+        conn_id, dest, direction, _transport, topic = info[:5]
+        if topic in topics:
+            out.append([conn_id, topic, direction, str(dest)])
+    return sorted(out)
 
 
 def _control(rospy: Any, args: Any) -> int:

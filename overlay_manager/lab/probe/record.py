@@ -23,7 +23,9 @@ def record(rospy: Any, args: Any) -> int:
     {peer: [path, latency_ms, endpoint or relay region]}} when a node's paths or latencies change; {"t", "ev": "change",
     "node", "peer", "old", "new"} per ~path_changes message; {"t", "ev": "status", "node",
     "control_reachable", "backend_state"} when it changes; {"t", "ev": "diag", "node", "level",
-    "message"} when the node's overlay diagnostic changes; {"t", "ev": "ready"} once subscribed."""
+    "message"} when the node's overlay diagnostic changes; {"t", "ev": "conns", "topic", "connections"}
+    when the image topic's connections change (probe main.connection_ids: a new id = a connection
+    re-established); {"t", "ev": "ready"} once subscribed."""
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
@@ -44,13 +46,14 @@ def record(rospy: Any, args: Any) -> int:
         return True
 
     if args.image:
-        from sensor_msgs.msg import Image
+        from sensor_msgs.msg import CompressedImage, Image
 
         def on_frame(msg: Any) -> None:
             lat = (rospy.Time.now() - msg.header.stamp).to_sec() * 1000.0 if msg.header.stamp.to_sec() > 0 else None
             emit("frame", seq=msg.header.seq, lat_ms=lat)
 
-        rospy.Subscriber(args.image, Image, on_frame, queue_size=100, buff_size=2 ** 24, tcp_nodelay=True)
+        rospy.Subscriber(args.image, CompressedImage if getattr(args, "compressed", False) else Image, on_frame,
+                         queue_size=100, buff_size=2 ** 24, tcp_nodelay=True)
     from diagnostic_msgs.msg import DiagnosticArray
 
     peer_list = get_message_class("overlay_manager/PeerList")
@@ -87,7 +90,13 @@ def record(rospy: Any, args: Any) -> int:
         rospy.Subscriber("/diagnostics", DiagnosticArray, on_diag, queue_size=50)
     emit("ready")
     end = time.monotonic() + args.seconds if args.seconds > 0 else math.inf
+    from overlay_manager.lab.probe.main import connection_ids
+
     while not stop.is_set() and time.monotonic() < end:
         stop.wait(0.2)
+        if args.image:
+            conns = connection_ids(rospy, (args.image,))
+            if changed("conns", conns):
+                emit("conns", topic=args.image, connections=conns)
     emit("end")
     return 0

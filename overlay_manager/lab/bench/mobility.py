@@ -1,0 +1,392 @@
+"""Benchmark of robots that move (scripts/bench_mobility, not a test).
+
+    sudo -E bash scripts/bench_mobility [--scenario NAME]... [--runs N] [--flaps 100] [--out artifacts]
+
+Campus config/lab/mobility_campus.yaml: alpha-robot1 (b1, eim-adpf; ROS master, the lab camera
+640x480 rgb8 30 Hz served by robot.launch's link-aware encoder as H.264, a Twist echo),
+alpha-laptop (b3, eim-adpf; views the H.264 stream and runs a 50 Hz Twist round trip laptop ->
+robot -> laptop), relay1 (public; the fleet's peer relay), alpha-robot2 (b2, adm-eif; where
+robot1 roams). Live traffic runs throughout; each scenario is one campus action, measured
+(mobility_report.py) from that action's ActionLog time:
+
+=================  =======================================================================
+direct-derp        UDP blocked at b1 (robot1 <-> laptop direct -> derp); then unblocked
+relay-derp         b1's UDP limited to the campus servers (peer-relay via relay1), then
+                   relay1's tailscaled killed (kill -9): peer-relay -> derp
+derp-relay         right after relay-derp: relay1's tailscaled started again: derp -> peer-relay
+                   (``peers_s`` = the time to upgrade)
+move               robot1 roams to b2 (new address, gateway and NAT kind): ~peers right = the
+                   laptop's node lists robot1 direct at b2's public address
+move-back          robot1 roams home to b1
+flaps              ``--flaps`` one-second carrier losses of robot1's LAN link, one every 2 s: after
+                   the last one direct within 5 s, the topics at full rate, the nodes' memory and
+                   threads before and after (one run)
+derp-home-blocked  config/lab/derp_campus.yaml (own lab): robot1 behind a symmetric NAT whose UDP
+                   is blocked, regions east and west; the derper of robot1's home region killed
+                   (kill -9, host up): camera and Twist gaps, the seconds until each is back
+derp-home-open     the same with UDP available
+=================  =======================================================================
+
+Writes ``<out>/bench_mobility.json`` (every run: its action record, gaps, ~peers times, the
+recorder's path changes) and prints the summary table (p50 / p95 / max over the runs).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import threading
+import time
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Optional, Sequence
+
+from overlay_manager.core.ros_names import overlay_node
+from overlay_manager.lab.bench.mobility_report import (
+    back_after,
+    connections_before_after,
+    first_after,
+    gap_end_after,
+    gap_from_list,
+    longest_gap_after,
+    markdown,
+    peer_is,
+    summarise,
+)
+from overlay_manager.lab.campus import robots
+from overlay_manager.lab.campus.core import Lab
+from overlay_manager.lab.campus.derp_outage import home_region, per_second_rates
+from overlay_manager.lab.campus.errors import LabError
+from overlay_manager.lab.campus.layout import REPO_ROOT
+from overlay_manager.lab.campus.system import wait_for
+
+SPEC = REPO_ROOT / "config" / "lab" / "mobility_campus.yaml"
+DERP_SPEC = REPO_ROOT / "config" / "lab" / "derp_campus.yaml"
+ROBOT, LAPTOP, RELAY, OTHER = "alpha-robot1", "alpha-laptop", "relay1", "alpha-robot2"
+HOME, AWAY = "b1", "b2"
+RAW = "/camera/image_raw"
+H264 = RAW + "/link_aware_h264"
+TWIST_HZ = 50.0
+SCENARIOS = ("direct-derp", "relay-derp", "derp-relay", "move", "move-back", "flaps",
+             "derp-home-blocked", "derp-home-open")
+CAMPUS_SCENARIOS = SCENARIOS[:6]
+
+
+def say(msg: str) -> None:
+    """Progress line on stderr (stdout carries the table)."""
+    import sys
+    print(f"[bench_mobility] {msg}", file=sys.stderr, flush=True)
+
+
+class Traffic:
+    """Live ROS traffic on a lab campus and its observers.
+
+    ``robot`` runs robot.launch as the ROS master with the camera served link-aware (H.264 where
+    the encoder publishes it), the lab camera and the Twist echo; ``viewer`` runs robot.launch,
+    a recorder of the camera stream and of both nodes' ~peers (``rec``), and a recorder on the
+    robot of the robot's node (``rec_robot``). Everything is stopped by pid in :meth:`stop`.
+    """
+
+    def __init__(self, lab: Lab, robot: str, viewer: str) -> None:
+        self.lab, self.robot, self.viewer = lab, robot, viewer
+        self.procs: List[Any] = []
+        self.rec: Optional[robots.Recorder] = None
+        self.rec_robot: Optional[robots.Recorder] = None
+        self.stream = RAW
+
+    def start(self) -> None:
+        """robot.launch on both (robot first: the master), camera and echo, then the recorders."""
+        lab = self.lab
+        self.procs.append(robots.start_robot(lab, self.robot, True, [f"camera_topics:={RAW}"]))
+        robots.peers(lab, self.robot, timeout=90, node=overlay_node(self.robot))
+        self.procs.append(robots.start_robot(lab, self.viewer, False))
+        robots.peers(lab, self.viewer, min_peers=1, timeout=120, node=overlay_node(self.viewer))
+        self.procs.append(robots.start_camera(lab, self.robot, RAW, 30.0))
+        self.procs.append(robots.start_echo(lab, self.robot))
+        topics = robots.run_probe(lab, self.viewer, ["topics", "--wait-for", H264, "--timeout", "20"],
+                                  timeout=40).get("topics", {})
+        self.stream = H264 if H264 in topics else RAW
+        say(f"camera stream measured: {self.stream}")
+        self.rec = robots.Recorder(lab, self.viewer, image=self.stream, nodes=[overlay_node(self.viewer)],
+                                   name="mobility-record", compressed=self.stream != RAW)
+        self.rec_robot = robots.Recorder(lab, self.robot, nodes=[overlay_node(self.robot)], name="mobility-robot")
+        self.rec.wait("the first camera message", lambda e: e["ev"] == "frame", timeout=90)
+
+    def stop(self) -> None:
+        """Stop the recorders and everything started, by pid."""
+        for r in (self.rec, self.rec_robot):
+            if r is not None:
+                r.stop()
+        for p in reversed(self.procs):
+            try:
+                robots.stop(self.lab, p, timeout=10)
+            except Exception as exc:  # noqa: BLE001 - stop the rest; the lab's down() is the backstop
+                say(f"stopping pid {p.pid}: {exc}")
+
+    def node_pid(self, host: str) -> int:
+        """The pid of the overlay node on ``host`` (its getPid)."""
+        return int(robots.run_probe(self.lab, host, ["pid", overlay_node(host)], timeout=40)["pid"])
+
+    def wait_path(self, path: str, timeout: float, endpoint_host: str = "") -> float:
+        """Wait until the viewer's node lists the robot on ``path``; returns when (monotonic)."""
+        assert self.rec is not None
+        pred = peer_is(overlay_node(self.viewer), self.robot, path, endpoint_host)
+
+        def now_ok() -> Optional[float]:
+            self.rec.read()
+            last = [e for e in self.rec.events if e["ev"] == "peers" and e["node"] == overlay_node(self.viewer)]
+            return last[-1]["t"] if last and pred(last[-1]) else None
+
+        def seen() -> str:
+            last = [e for e in self.rec.events if e["ev"] == "peers"][-1:]
+            return f"last ~peers: {json.dumps(last)[:400]}"
+
+        if now_ok() is None:  # a disco ping makes the path show (idle links have none)
+            try:
+                robots.call(self.lab, self.viewer, f"{overlay_node(self.viewer)}/ping_peer",
+                            "overlay_manager/PingPeer", name=self.robot, count=1, timeout=5.0)
+            except LabError:
+                pass
+        return wait_for(f"{overlay_node(self.viewer)} ~peers: {self.robot} {path}"
+                        + (f" at {endpoint_host}" if endpoint_host else ""), now_ok, timeout, 0.3, seen)
+
+    def event(self, name: str, action: Callable[[], Dict[str, Any]], expect: str, endpoint_host: str = "",
+              robot_expect: str = "", before_s: float = 3.0, window_s: float = 15.0) -> Dict[str, Any]:
+        """Run ``action`` under live traffic and measure it (see mobility_report.py).
+
+        ``expect``/``endpoint_host``: the viewer node's ~peers entry for the robot that counts as
+        right afterwards; ``robot_expect``: the robot node's path for the viewer likewise.
+        The Twist round trip runs ``before_s`` + ``window_s`` seconds around the action.
+        """
+        assert self.rec is not None and self.rec_robot is not None
+        twist: Dict[str, Any] = {}
+        errors: List[str] = []
+        seconds = before_s + window_s
+
+        def control() -> None:
+            try:
+                twist.update(robots.run_probe(self.lab, self.viewer, [
+                    "control", "--rate", str(TWIST_HZ), "--seconds", str(seconds), "--timeout", "30"],
+                    timeout=seconds + 60))
+            except LabError as exc:
+                errors.append(f"Twist round trip: {exc}")
+
+        th = threading.Thread(target=control, name=f"twist-{name}", daemon=True)
+        th.start()
+        time.sleep(2.5 + before_s)  # the probe connects and warms up 1 s before its window starts
+        rec = action()
+        t_act = rec["t_mono"]
+        t_end = t_act + window_s
+        vnode, rnode = overlay_node(self.viewer), overlay_node(self.robot)
+        pred = peer_is(vnode, self.robot, expect, endpoint_host)
+        rpred = peer_is(rnode, self.viewer, robot_expect) if robot_expect else None
+        ok = None
+        try:
+            ok = self.rec.wait(f"{vnode} ~peers: {self.robot} {expect}", pred, timeout=window_s, since=t_act)
+        except LabError as exc:
+            errors.append(str(exc).splitlines()[0][:300])
+        time.sleep(max(0.0, t_end - time.monotonic()))
+        th.join(timeout=seconds + 90)
+        self.rec.read()
+        self.rec_robot.read()
+        frames = [e["t"] for e in self.rec.events if e["ev"] == "frame"]
+        rok = first_after(self.rec_robot.events, t_act, rpred) if rpred else None
+        out: Dict[str, Any] = {
+            "scenario": name, "action": rec, "stream": self.stream,
+            "camera_gap_s": longest_gap_after(frames, t_act, t_end),
+            "camera_back_s": back_after(frames, t_act, t_end),
+            "twist_gap_s": gap_from_list(twist.get("echo_gaps", []), t_act, t_end) if twist else None,
+            "twist_back_s": gap_end_after(twist.get("echo_gaps", []), t_act, t_end) if twist else None,
+            "twist": {k: twist.get(k) for k in ("sent", "received", "rtt_p50_ms", "rtt_p99_ms", "echo_max_gap_s")},
+            "peers_s": round(ok["t"] - t_act, 2) if ok else None,
+            "robot_peers_s": round(rok["t"] - t_act, 2) if rok else None,
+            "camera_rates_hz": per_second_rates(frames, t_act - before_s, t_end),
+            "changes": [f"{e['node']}: {e['peer']} {e['old']}->{e['new']} @{e['t'] - t_act:+.2f}s"
+                        for e in self.rec.events + self.rec_robot.events
+                        if e["ev"] == "change" and t_act - 1 <= e["t"] <= t_end],
+        }
+        cam_same = connections_before_after(self.rec.events, t_act, t_end)
+        tw_same = (twist.get("connections_start") == twist.get("connections_end")) if twist else None
+        out["camera_connections_same"], out["twist_connections_same"] = cam_same, tw_same
+        out["same_connections"] = bool(cam_same) and bool(tw_same)
+        if errors:
+            out["error"] = "; ".join(errors)
+        say(f"{name}: Twist gap {out['twist_gap_s']} s, camera gap {out['camera_gap_s']} s, ~peers right "
+            f"{out['peers_s']} s (robot {out['robot_peers_s']} s), same connections {out['same_connections']}"
+            + (f"; {out['error']}" if errors else ""))
+        return out
+
+
+def proc_usage(pid: int) -> Dict[str, Any]:
+    """RSS (KiB) and thread count of a process from /proc/<pid>/status."""
+    fields = {}
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        k, _, v = line.partition(":")
+        fields[k] = v.strip()
+    return {"rss_kib": int(fields.get("VmRSS", "0 kB").split()[0]), "threads": int(fields.get("Threads", "0"))}
+
+
+def campus(args: argparse.Namespace, wanted: Sequence[str]) -> Dict[str, List[Dict[str, Any]]]:
+    """The scenarios on config/lab/mobility_campus.yaml, ``args.runs`` times each (flaps once)."""
+    res: Dict[str, List[Dict[str, Any]]] = {k: [] for k in wanted}
+    with Lab(SPEC, workdir=Path(args.out) / "lab-mobility") as lab:
+        lab.tailscale_up_all([RELAY, OTHER])
+        lab.enable_relays()
+        tr = Traffic(lab, ROBOT, LAPTOP)
+        try:
+            tr.start()
+            wan = {b: lab.address(b) for b in (HOME, AWAY)}
+            for i in range(args.runs):
+                say(f"round {i + 1}/{args.runs}")
+                if "direct-derp" in wanted:
+                    tr.wait_path("direct", 60)
+                    res["direct-derp"].append(tr.event("direct-derp", lambda: lab.block_udp(HOME), "derp",
+                                                       robot_expect="derp"))
+                    lab.unblock_udp(HOME)
+                if "relay-derp" in wanted or "derp-relay" in wanted:
+                    tr.wait_path("direct", 60)
+                    lab.udp_servers_only(HOME)
+                    tr.wait_path("peer-relay", 120)
+                    if "relay-derp" in wanted:
+                        res["relay-derp"].append(tr.event("relay-derp", lambda: lab.kill_tailscaled(RELAY), "derp",
+                                                          robot_expect="derp"))
+                    else:
+                        lab.kill_tailscaled(RELAY)
+                        tr.wait_path("derp", 30)
+                    if "derp-relay" in wanted:
+                        res["derp-relay"].append(tr.event("derp-relay", lambda: lab.restore_tailscaled(RELAY),
+                                                          "peer-relay", robot_expect="peer-relay",
+                                                          window_s=args.relay_window))
+                    else:
+                        lab.restore_tailscaled(RELAY)
+                    lab.unblock_udp(HOME)
+                if "move" in wanted or "move-back" in wanted:
+                    tr.wait_path("direct", 60)
+                    r = tr.event("move", lambda: lab.move(ROBOT, AWAY), "direct", endpoint_host=wan[AWAY],
+                                 robot_expect="direct")
+                    if "move" in wanted:
+                        res["move"].append(r)
+                    r = tr.event("move-back", lambda: lab.move_home(ROBOT), "direct", endpoint_host=wan[HOME],
+                                 robot_expect="direct")
+                    if "move-back" in wanted:
+                        res["move-back"].append(r)
+            if "flaps" in wanted:
+                res["flaps"].append(flaps(lab, tr, args.flaps))
+        except BaseException as exc:
+            say(f"failed: {type(exc).__name__}: {exc}")
+            robots.print_launch_logs(lab, [ROBOT, LAPTOP])
+            for k in wanted:
+                res[k].append({"scenario": k, "error": f"{type(exc).__name__}: {exc}"})
+            if not isinstance(exc, Exception):
+                raise
+        finally:
+            tr.stop()
+    return res
+
+
+def flaps(lab: Lab, tr: Traffic, count: int) -> Dict[str, Any]:
+    """``count`` one-second carrier losses of the robot's LAN link, one every 2 s, under traffic."""
+    tr.wait_path("direct", 60)
+    pids = {h: tr.node_pid(h) for h in (ROBOT, LAPTOP)}
+    before = {h: proc_usage(p) for h, p in pids.items()}
+    holder: Dict[str, Any] = {}
+
+    def action() -> Dict[str, Any]:
+        recs = lab.flap(ROBOT, "link", count, 2.0, 1.0)
+        holder["records"] = recs
+        return recs[0]
+
+    r = tr.event("flaps", action, "direct", robot_expect="", window_s=2.0 * count + 10.0)
+    recs = holder.get("records", [])
+    t_last = recs[-1]["t_mono"] if recs else r["action"]["t_mono"]
+    assert tr.rec is not None
+    back = first_after(tr.rec.events, t_last, peer_is(overlay_node(LAPTOP), ROBOT, "direct"))
+    last_peers = [e for e in tr.rec.events if e["ev"] == "peers" and e["node"] == overlay_node(LAPTOP)
+                  and e["t"] <= t_last]
+    frames = [e["t"] for e in tr.rec.events if e["ev"] == "frame"]
+    r.update({
+        "flaps": count, "actions": len(recs),
+        "direct_after_last_s": (0.0 if last_peers and peer_is(overlay_node(LAPTOP), ROBOT, "direct")(last_peers[-1])
+                                else round(back["t"] - t_last, 2) if back else None),
+        "camera_hz_5_to_10_s_after_last": round(len([t for t in frames if t_last + 5 <= t < t_last + 10]) / 5.0, 1),
+        "usage_before": before, "usage_after": {h: proc_usage(p) for h, p in pids.items()},
+    })
+    keys = ("direct_after_last_s", "camera_hz_5_to_10_s_after_last", "usage_before", "usage_after")
+    say(f"flaps: {json.dumps({k: r[k] for k in keys})}")
+    return r
+
+
+def derp_home(args: argparse.Namespace, wanted: Sequence[str]) -> Dict[str, List[Dict[str, Any]]]:
+    """The home-derper scenarios on config/lab/derp_campus.yaml (own lab)."""
+    robot, op = "alpha-robot1", "alpha-op1"
+    derpers = {"east": "east-derp", "west": "west-derp"}
+    res: Dict[str, List[Dict[str, Any]]] = {k: [] for k in wanted}
+    with Lab(DERP_SPEC, workdir=Path(args.out) / "lab-mobility-derp") as lab:
+        lab.start_derpers()
+        tr = Traffic(lab, robot, op)
+        try:
+            tr.start()
+            for i in range(args.runs):
+                for name in wanted:
+                    blocked = name == "derp-home-blocked"
+                    tr.wait_path("derp", 60)
+                    if blocked:
+                        lab.block_udp("north")
+                    time.sleep(3.0)
+                    region = home_region(lab, robot)
+                    victim = derpers.get(region)
+                    if victim is None:
+                        raise LabError(f"{robot}'s home region is {region!r}, not one of {sorted(derpers)}")
+                    r = tr.event(name, lambda v=victim: lab.kill_derper(v), "derp", window_s=args.derp_window)
+                    r["home_before"], r["home_after"] = region, home_region(lab, robot)
+                    r["op_home_after"] = home_region(lab, op)
+                    res[name].append(r)
+                    lab.start_derper(victim)
+                    if blocked:
+                        lab.unblock_udp("north")
+                    say(f"{name} run {i + 1}: home {region} -> {r['home_after']}, camera back "
+                        f"{r['camera_back_s']} s, Twist back {r['twist_back_s']} s")
+        except BaseException as exc:
+            say(f"failed: {type(exc).__name__}: {exc}")
+            robots.print_launch_logs(lab, [robot, op])
+            for k in wanted:
+                res[k].append({"scenario": k, "error": f"{type(exc).__name__}: {exc}"})
+            if not isinstance(exc, Exception):
+                raise
+        finally:
+            tr.stop()
+    return res
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """Entry point of scripts/bench_mobility."""
+    ap = argparse.ArgumentParser(prog="bench_mobility", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--scenario", action="append", choices=SCENARIOS,
+                    help="a scenario to run (repeat); default: all")
+    ap.add_argument("--runs", type=int, default=3, help="runs of each scenario (flaps: once)")
+    ap.add_argument("--flaps", type=int, default=100, help="one-second flaps in the flaps scenario")
+    ap.add_argument("--relay-window", type=float, default=60.0, help="seconds derp-relay waits for the relay")
+    ap.add_argument("--derp-window", type=float, default=30.0, help="seconds after a derper is killed")
+    ap.add_argument("--out", default="artifacts")
+    args = ap.parse_args(argv)
+    wanted = args.scenario or list(SCENARIOS)
+    Path(args.out).mkdir(parents=True, exist_ok=True)
+    t0 = time.monotonic()
+    runs: Dict[str, List[Dict[str, Any]]] = {}
+    if any(s in CAMPUS_SCENARIOS for s in wanted):
+        runs.update(campus(args, [s for s in wanted if s in CAMPUS_SCENARIOS]))
+    if any(s not in CAMPUS_SCENARIOS for s in wanted):
+        runs.update(derp_home(args, [s for s in wanted if s not in CAMPUS_SCENARIOS]))
+    summary = {k: summarise(v) for k, v in runs.items()}
+    uptime = Path("/proc/loadavg").read_text().split()[:3]
+    res = {"scenarios": wanted, "runs_each": args.runs, "summary": summary, "runs": runs,
+           "wall_s": round(time.monotonic() - t0, 1), "load_average_end": uptime}
+    path = Path(args.out) / "bench_mobility.json"
+    path.write_text(json.dumps(res, indent=2) + "\n")
+    print(markdown(summary))
+    print(f"load average at the end: {' '.join(uptime)}; written: {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    import sys
+
+    sys.exit(main())
