@@ -183,6 +183,13 @@ class NodeSettings:
     # pings), "active" (those and every peer with recent traffic) or "none"
     link_topics: str = "watched"
     max_link_topics: int = field(default=16, metadata=_limits(ge=0, le=1000))  # at most this many
+    # s between probes (disco pings) of the active peers on a direct or peer-relay path, to notice a
+    # stalled path and ask tailscaled to re-evaluate (docs/node.md "Moving robots"); 0 = off
+    guard_interval: float = field(default=0.2, metadata=_limits(le=86400))
+    # s without an answer to those probes that make a stall (the node then asks tailscaled to rebind)
+    stall_after: float = field(default=0.5, metadata=_limits(gt=0, le=60))
+    # s between checks that the home DERP region's derper accepts connections; 0 = off
+    home_check_interval: float = field(default=2.0, metadata=_limits(le=86400))
 
 
 @dataclass(frozen=True)

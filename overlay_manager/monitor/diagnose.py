@@ -13,6 +13,7 @@ from typing import FrozenSet, Iterable, List, Mapping, NamedTuple, Optional, Seq
 
 from overlay_manager.core.config import DerperSettings, RobotConfig
 from overlay_manager.core.identity import peer_key, short_label
+from overlay_manager.core.mobility import HomeCheck
 from overlay_manager.core.nat import NatInfo
 from overlay_manager.core.peers import (
     PATH_DERP,
@@ -314,3 +315,25 @@ def derper_diagnostic(settings: Optional[DerperSettings], state: DerperState) ->
                    ("bytes_sent", str(state.bytes_sent)), ("packets_received", str(state.packets_received)),
                    ("packets_sent", str(state.packets_sent)), ("version", state.version or "?")]
     return Diagnostic(OK if ok else ERROR, "DERP server", text, tuple(values))
+
+
+def mobility_diagnostic(home: HomeCheck, episodes: int, actions: int, underlay: str) -> Optional[Diagnostic]:
+    """The "home DERP region" entry (monitor/path_guard.py): ERROR while the home region's derper
+    refuses connections, saying what the node did about it; OK with the region otherwise. None
+    before the first check."""
+    if not home.region and not home.error:
+        return None
+    values = (("home_region", home.region or "unknown"), ("forced_region", home.forced_region or "none"),
+              ("stalls_and_roams_15s", str(episodes)), ("debug_actions_asked", str(actions)),
+              ("underlay", underlay))
+    if not home.ok:
+        return Diagnostic(ERROR, "home DERP region",
+                          f"home DERP region {home.region} refuses connections ({home.error}); {home.action}"
+                          f" -- fix: start its derper; meanwhile machines that need DERP relay through another"
+                          f" region", values)
+    text = f"home DERP region {home.region or 'unknown'}"
+    if home.forced_region:
+        text += (" (the node asked tailscaled to prefer it while another region's derper refused connections)")
+    if home.error:
+        text += f"; {home.error}"
+    return Diagnostic(OK, "home DERP region", text, values)

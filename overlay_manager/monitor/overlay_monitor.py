@@ -48,6 +48,7 @@ from overlay_manager.monitor.diagnose import (
     derp_reason,
     derper_diagnostic,
     missing_required,
+    mobility_diagnostic,
     overlay_diagnostic,
     preflight_checks,
     relay_diagnostic,
@@ -55,6 +56,7 @@ from overlay_manager.monitor.diagnose import (
     rosbridge_diagnostic,
     stale_diagnostic,
 )
+from overlay_manager.monitor.path_guard import PathGuard
 from overlay_manager.monitor.readings import (
     STATUS_TIMEOUT_S,
     Check,
@@ -128,6 +130,9 @@ class OverlayMonitor:
         self.rosbridge: Optional[PortReading] = None
         self._malformed_seen: Set[str] = set()    # the poll thread's: malformed notes in the last read
         self._warnings: List[str] = []            # the poll thread's: lines for take_warnings()
+        # the guard against stalled paths and a dead home region (set by the node when
+        # node.guard_interval or node.home_check_interval is on; its values are swapped whole)
+        self.guard: Optional[PathGuard] = None
 
     # ----- status ---------------------------------------------------------------------------
     @property
@@ -472,6 +477,11 @@ class OverlayMonitor:
         bridge = rosbridge_diagnostic(self.rosbridge, snap.self_peer.addresses if snap.self_peer else ())
         if bridge is not None:
             out.append(bridge)
+        guard = self.guard
+        if guard is not None:
+            home = mobility_diagnostic(guard.home, len(guard.episodes), guard.actions, guard.underlay.describe())
+            if home is not None:
+                out.append(home)
         derper = derper_diagnostic(self.cfg.derper, self.derper_state)
         if derper is not None:
             out.append(derper)

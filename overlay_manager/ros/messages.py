@@ -18,6 +18,7 @@ import rospy
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 
 from overlay_manager.core.json_fields import TIME_MAX, clamp_uint64
+from overlay_manager.core.mobility import Explanation, actual_home
 from overlay_manager.core.peers import PathChangeEvent, PeerState
 from overlay_manager.monitor.diagnose import DiagnosticParts, peer_diagnostic
 from overlay_manager.monitor.overlay_monitor import OverlayMonitor
@@ -59,9 +60,13 @@ def peer_msg(p: Optional[PeerState]) -> Peer:
     return m
 
 
-def path_change_msg(stamp: rospy.Time, ev: PathChangeEvent) -> PathChange:
-    """One ~path_changes message: ev's peer and its old and new path, stamped when it was read."""
+def path_change_msg(stamp: rospy.Time, ev: PathChangeEvent, why: Optional[Explanation] = None) -> PathChange:
+    """One ~path_changes message: ev's peer and its old and new path, stamped when it was read,
+    with why it changed and when the traffic stopped and resumed where the node knows it."""
     m = PathChange()
+    if why is not None:
+        m.cause, m.cause_detail = why.cause, why.detail
+        m.traffic_stopped, m.traffic_resumed = ros_time(why.stopped), ros_time(why.resumed)
     m.header.stamp = stamp
     m.peer, m.dns_name = ev.peer.name, ev.peer.dns_name
     m.old_path, m.new_path = ev.old_path, ev.new_path
@@ -149,6 +154,8 @@ class ReportMessages:
         st.status_age = fresh.age_s
         st.faults = [h.message for h in health if h.level > OK] + sorted(publish_faults)
         nat = self.m.nat
+        me = snap.self_peer if snap else None
+        nat = actual_home(nat, me.relay_region if me is not None and not fresh.stale else "", self.m.region_names)
         st.nat = NatSummary(known=nat.known, udp=nat.udp, hard_nat=nat.hard_nat,
                             hard_nat_known=nat.hard_nat_known, preferred_derp=nat.preferred_derp,
                             preferred_derp_latency_ms=nat.preferred_derp_latency_ms, summary=nat.summary,

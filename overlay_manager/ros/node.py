@@ -32,6 +32,8 @@ tailscaled, the ROS master or the log.
 | overlay-netcheck | ``refresh_nat`` every netcheck_interval s | `tailscale netcheck` (bounded, dies with us) |
 | overlay-preflight | ``preflight`` every preflight_interval s | DNS lookups, TCP connect to the master (2 s) |
 | overlay-iperf | keeps the iperf3 server running (every 2 s) | spawning iperf3 |
+| overlay-guard | ``PathGuard.tick`` every guard_interval s (pool: overlay-guard_N) | LocalAPI ping, debug (2 s) |
+| overlay-home | ``PathGuard.check_home`` every home_check_interval s | TCP connects to derpers (1 s each), LocalAPI |
 | overlay-relay | ``refresh_relay`` every RELAY_INTERVAL_S: relay server as ``relay`` says | LocalAPI (bounded) |
 | overlay-rosbridge | ``refresh_rosbridge`` every ROSBRIDGE_INTERVAL_S (rosbridge_port) | /proc/net/tcp, nft (5 s) |
 | overlay-derper | ``refresh_derper`` every DERPER_INTERVAL_S (``derper`` key only) | HTTP to localhost (2 s) |
@@ -68,8 +70,11 @@ from typing import Any, Deque, Dict, List, Optional, Tuple
 import rospy
 from diagnostic_msgs.msg import DiagnosticArray
 
+from overlay_manager.core.identity import peer_key
+from overlay_manager.core.mobility import Explanation, explain
 from overlay_manager.core.peers import PathChangeEvent, Snapshot, same_but_measurements
 from overlay_manager.monitor.overlay_monitor import OverlayMonitor
+from overlay_manager.monitor.path_guard import PathGuard
 from overlay_manager.monitor.readings import ERROR, STATUS_TIMEOUT_S, Freshness, Reading
 from overlay_manager.msg import OverlayStatus, PathChange, PeerList, PreflightCheck
 from overlay_manager.ros.messages import ReportMessages, path_change_msg, peer_msg, status_key
@@ -133,7 +138,8 @@ class OverlayNode:
         self.log = log
         n = self.cfg.node
         self._name = rospy.get_name().lstrip("/")
-        self._changes: Deque[Tuple[rospy.Time, PathChangeEvent]] = collections.deque()
+        self._changes: Deque[Tuple[rospy.Time, PathChangeEvent, Explanation]] = collections.deque()
+        self._last_change_at: Dict[str, float] = {}        # overlay-poll only: peer key -> POSIX s
         self._last_status: Optional[bytes] = None        # overlay-report only
         self._last_peers: Optional[Tuple[Optional[Snapshot], bool]] = None  # overlay-report only: published
         self._next_periodic = 0.0                          # overlay-report only (monotonic s)
@@ -187,6 +193,16 @@ class OverlayNode:
             self._derper_up: Optional[bool] = None         # overlay-derper only
             self.workers.append(Worker("overlay-derper", self._derper_cycle, DERPER_INTERVAL_S, 15.0, log,
                                        start=False))
+        self.guard: Optional[PathGuard] = None
+        if n.guard_interval > 0 or n.home_check_interval > 0:
+            self.guard = PathGuard(monitor.api, lambda: monitor.snapshot, monitor.watched, n.stall_after)
+            monitor.guard = self.guard
+            if n.guard_interval > 0:
+                self.workers.append(Worker("overlay-guard", self._guard_cycle, n.guard_interval,
+                                           n.stall_after + 10.0, log, start=False))
+            if n.home_check_interval > 0:
+                self.workers.append(Worker("overlay-home", self._home_cycle, n.home_check_interval,
+                                           30.0, log, start=False))
         self.topics = TopicLinkReporter(monitor, host_aliases)
         self.peer_topics = PeerTopics(monitor, log)
         if self.peer_topics.enabled:
@@ -246,8 +262,12 @@ class OverlayNode:
             self.log(LOG_WARN, line)
         if changes:
             now = rospy.Time.now()
+            episodes = self.guard.episodes if self.guard is not None else {}
             for ev in changes:
-                self._changes.append((now, ev))
+                key = peer_key(ev.peer)
+                why = explain(episodes.get(key), self._last_change_at.get(key, 0.0))
+                self._last_change_at[key] = now.to_sec()
+                self._changes.append((now, ev, why))
                 if ev.old_path:
                     self.log(LOG_INFO, f"path to {ev.peer.name}: {ev.old_path} -> {ev.new_path} "
                                    f"{ev.peer.endpoint or ev.peer.relay_region}")
@@ -281,6 +301,23 @@ class OverlayNode:
     def _ping_cycle(self) -> None:
         self.m.ping_watched(timeout_s=min(3.0, self.cfg.node.ping_interval))
 
+    def _guard_cycle(self) -> None:
+        """overlay-guard: probe the active peers' paths; on a stall or a roam ask tailscaled to
+        re-evaluate (PathGuard.tick); wake the poll thread to read the new path at once."""
+        assert self.guard is not None
+        lines = self.guard.tick()
+        for line in lines:
+            self.log(LOG_WARN, f"overlay_manager: {line}")
+        if lines:
+            self.poller.wake()
+
+    def _home_cycle(self) -> None:
+        """overlay-home: is the home DERP region's derper answering (PathGuard.check_home)?"""
+        assert self.guard is not None
+        for line in self.guard.check_home():
+            self.log(LOG_WARN, f"overlay_manager: {line}")
+        self.reporter.wake()
+
     def _relay_cycle(self) -> None:
         """overlay-relay: relay server as configured (on/off), then its port and sessions."""
         note = self.m.refresh_relay()
@@ -312,8 +349,8 @@ class OverlayNode:
         mono = time.monotonic()
         now = rospy.Time.now()
         while self._changes:
-            stamp, ev = self._changes.popleft()
-            self._publish(self.pub_changes, path_change_msg(stamp, ev), "~path_changes")
+            stamp, ev, why = self._changes.popleft()
+            self._publish(self.pub_changes, path_change_msg(stamp, ev, why), "~path_changes")
         connected = self.bus.connected
         if self._bus_was_connected and not connected:
             self.poller.wake()  # the IPN bus dropped: tailscaled may be gone, read the status now
@@ -420,6 +457,8 @@ class OverlayNode:
         self.topics.close()
         self.bus.stop()
         self.m.close()
+        if self.guard is not None:
+            self.guard.close()
         self.log.close()
 
     # ----- services -------------------------------------------------------------------------

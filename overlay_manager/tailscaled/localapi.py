@@ -118,6 +118,48 @@ class LocalAPIError(TailscaleError):
         self.malformed = malformed
 
 
+class DebugUnsupported(TailscaleError):
+    """tailscaled does not have a LocalAPI debug action (older or newer than the versions it was
+    checked with, or built without debug support)."""
+
+    def __init__(self, action: str, detail: str) -> None:
+        super().__init__(f"tailscaled has no LocalAPI debug action {action!r} ({detail[:200]})",
+                         f"use tailscale {DEBUG_ACTIONS_CHECKED} (the node then works without it)")
+        self.action = action
+
+
+DEBUG_ACTIONS_CHECKED = "1.102"
+"""The tailscale version whose debug actions (rebind, restun, force-prefer-derp) the node was
+written and measured against (their source: ipn/localapi/debug.go, wgengine/magicsock)."""
+
+DEBUG_ACTIONS_MIN = (1, 80)
+"""Oldest tailscale (major, minor) whose debug actions the node calls. rebind and restun are much
+older; a tailscaled without one of them (force-prefer-derp is the youngest) answers "unknown
+action", which the node takes as DebugUnsupported and does without."""
+
+
+def tailscale_version(text: str) -> Optional[tuple]:
+    """(major, minor) of tailscaled's ``Version`` ("1.102.5-t1234..." -> (1, 102)); None when it
+    does not look like one."""
+    parts = str(text or "").split("-", 1)[0].split(".")
+    try:
+        return int(parts[0]), int(parts[1])
+    except (ValueError, IndexError):
+        return None
+
+
+def debug_actions_supported(version: str) -> str:
+    """Why the node must not call tailscaled's debug actions ("" = it may): the version is
+    unknown or older than DEBUG_ACTIONS_MIN."""
+    v = tailscale_version(version)
+    if v is None:
+        return f"tailscaled's version {version!r} is not known"
+    if v < DEBUG_ACTIONS_MIN:
+        return (f"tailscaled {version} is older than {DEBUG_ACTIONS_MIN[0]}.{DEBUG_ACTIONS_MIN[1]} "
+                "(its debug actions differ)")
+    return ""
+
+
 class LocalAPIProtocolError(TailscaleError):
     """tailscaled's socket answered something that is not a usable HTTP reply: not HTTP at all,
     a body cut short, or the connection closed before any answer."""
@@ -301,6 +343,30 @@ class LocalAPI:
         except LocalAPITimeout:
             return {"Err": f"no answer within {timeout:.1f} s", "IP": ip}
         return result if isinstance(result, dict) else {"Err": "empty ping result", "IP": ip}
+
+    def debug_action(self, action: str, body: bytes = b"", timeout: Optional[float] = None) -> None:
+        """Run one of tailscaled's LocalAPI debug actions (``POST debug?action=...``; the same as
+        ``tailscale debug <action>``): a debug interface, not a stable API, so callers check
+        :func:`debug_actions_supported` first and treat :class:`DebugUnsupported` as "this
+        tailscaled cannot do it". The actions used here (ipn/localapi/debug.go, v1.102.5):
+
+        - ``rebind``: re-binds the UDP sockets and forgets every peer's best path (each then goes
+          out over DERP and every candidate path until a pong arrives);
+        - ``restun``: a new network check now (STUN, DERP latencies, the home region);
+        - ``force-prefer-derp`` with body ``N`` (a region id; 0 = stop forcing): the network check
+          prefers region N whenever it reaches it.
+
+        Raises DebugUnsupported (HTTP 404, 501 or "unknown action"), AccessDenied, or another
+        TailscaleError.
+        """
+        try:
+            self._request("POST", "debug", {"action": action}, body=body, timeout=timeout,
+                          decode=lambda _text: None)
+        except LocalAPIError as exc:
+            if exc.status in (404, 501) or "unknown action" in str(exc):
+                raise DebugUnsupported(action, str(exc)) from None
+            raise
+
 
 
 @dataclass
