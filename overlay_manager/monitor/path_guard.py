@@ -218,9 +218,9 @@ class PathGuard:
         self.probes += 1
         try:
             res = self.api.ping(ip, "disco", timeout=timeout_s)
-        except TailscaleError:
+        except Exception:  # noqa: BLE001 - TailscaleError or garbage: an unanswered probe either way
             return False
-        return not res.get("Err")
+        return isinstance(res, dict) and not res.get("Err")
 
     # ----- overlay-home -----------------------------------------------------------------------
     def check_home(self) -> List[str]:
@@ -248,7 +248,7 @@ class PathGuard:
                              + ("stopped preferring another region (force-prefer-derp 0)" if not why
                                 else f"cannot stop preferring another region: {why}"))
                 self._dead_home = ""
-        if not home or home not in self._derp:
+        if not home or not self._derp.get(home, (0, []))[1]:  # unknown, or no derper address to check
             self.home = HomeCheck(region=home, forced_region=self.home.forced_region if self._dead_home else "")
             return lines
         took, err = self._region_answers(home)

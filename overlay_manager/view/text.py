@@ -310,12 +310,22 @@ def wait_text(peer: str, resp: Any, require_direct: bool = True) -> Verdict:
 
 
 def path_change_text(change: Any) -> str:
-    """PathChange message -> one log line, e.g. "12:01:03  robot2  derp -> direct  10.0.0.2:41641"."""
+    """PathChange message -> one log line, e.g. "12:01:03  robot2  derp -> direct  10.0.0.2:41641", with
+    the cause when the node knew it: "12:01:09  robot2  direct -> derp  (via lab)  [stall, traffic
+    stopped 0.71 s]"."""
     old = change.old_path or "new"
     where = path_where(change.new_path, change.endpoint, change.relay_region,
                        derp_region=getattr(change, "derp_region", ""))
     line = f"{format_clock(change.header.stamp.to_sec())}  {change.peer}  {old} -> {change.new_path}"
-    return line + (f"  {where}" if where else "")
+    line += f"  {where}" if where else ""
+    cause = getattr(change, "cause", "")  # absent in messages recorded before the field existed
+    if cause:
+        stopped = getattr(change, "traffic_stopped", None)
+        resumed = getattr(change, "traffic_resumed", None)
+        t0 = stopped.to_sec() if stopped is not None else 0.0
+        t1 = resumed.to_sec() if resumed is not None else 0.0
+        line += f"  [{cause}" + (f", traffic stopped {t1 - t0:.2f} s" if t0 > 0 and t1 > t0 else "") + "]"
+    return line
 
 
 def split_csv(value: Any) -> Tuple[str, ...]:

@@ -221,3 +221,9 @@ def test_a_live_home_region_is_ok(listener):
     g, _, _ = guard(api, [], home="north")
     assert g.check_home() == [] and api.actions == []
     assert mobility_diagnostic(g.home, 0, 0, "x").level == OK
+
+
+def test_a_home_region_without_derper_addresses_is_not_an_error():
+    api = ScriptedAPI({"Regions": {"999": {"RegionID": 999, "RegionCode": "lab"}}})
+    g, _, _ = guard(api, [], home="lab")
+    assert g.check_home() == [] and g.home.ok and api.actions == []

@@ -184,6 +184,11 @@ class ResultTextTest(unittest.TestCase):
         self.assertEqual(fmt.path_change_text(change), "--:--:--  robot2  derp -> direct  192.0.2.11:41641")
         first = NS(**{**change.__dict__, "old_path": "", "new_path": "idle", "endpoint": ""})
         self.assertEqual(fmt.path_change_text(first), "--:--:--  robot2  new -> idle  (home DERP lab)")
+        stall = NS(**{**change.__dict__, "old_path": "direct", "new_path": "derp", "endpoint": "", "cause": "stall",
+                      "traffic_stopped": NS(to_sec=lambda: 100.0), "traffic_resumed": NS(to_sec=lambda: 100.71)})
+        self.assertTrue(fmt.path_change_text(stall).endswith("[stall, traffic stopped 0.71 s]"))
+        roam = NS(**{**stall.__dict__, "cause": "roam", "traffic_resumed": NS(to_sec=lambda: 0.0)})
+        self.assertTrue(fmt.path_change_text(roam).endswith("[roam]"))
 
     def test_split_csv(self) -> None:
         self.assertEqual(fmt.split_csv("rx, tx,,"), ("rx", "tx"))
