@@ -161,20 +161,9 @@ class PathGuard:
         Returns log lines (what was noticed and done). Blocks up to stall_after_s on pings."""
         lines: List[str] = []
         now = self.wall()
-        u = self._read_underlay()
         targets = [p for p in self._targets() if p.active and p.ipv4]
         keys = [peer_key(p) for p in targets]
-        if self._underlay is not None and u != self._underlay:
-            self.tracker.roamed(keys, self._underlay_at, now)
-            done = self._debug("rebind") if keys else ""
-            self.tracker.note_action(keys, "rebind" if not done and keys else "")
-            what = ""
-            if keys:
-                what = (f"; asked tailscaled to re-evaluate its paths (rebind) for {len(keys)} active peer(s)"
-                        if not done else f"; cannot ask tailscaled to re-evaluate: {done}")
-            lines.append(f"this machine's network changed: {self._underlay.describe()} -> {u.describe()}{what}")
-            self._debug("restun")
-        self._underlay, self._underlay_at, self.underlay = u, now, u
+        self._look_at_underlay(keys, lines)
         probe = []
         for p, k in zip(targets, keys):
             if p.path in (PATH_DIRECT, PATH_PEER_RELAY) or self._open(k):
@@ -183,6 +172,7 @@ class PathGuard:
                 self._last_derp_probe[k] = now
                 probe.append((p, k))
         stalled: List[Tuple[PeerState, str]] = []
+        roamed = False
         if probe:
             sent = self.wall()
             futures = [(p, k, self._pool.submit(self._ping, p.ipv4, self.tracker.probe_timeout(k, sent)))
@@ -194,7 +184,9 @@ class PathGuard:
                     self.tracker.answered(k, t)
                 elif p.path in (PATH_DIRECT, PATH_PEER_RELAY) and self.tracker.unanswered(k, sent, t):
                     stalled.append((p, k))
-        if stalled:
+            # the network may have changed while the probes waited: a roam, not a stall
+            roamed = self._look_at_underlay(keys, lines)
+        if stalled and not roamed:
             names = ", ".join(f"{p.name} ({p.path})" for p, _ in stalled)
             if self.tracker.may_act(self.wall()):
                 why = self._debug("rebind")
@@ -208,6 +200,26 @@ class PathGuard:
         self.tracker.forget(keys)
         self.episodes = self.tracker.episodes(self.wall())
         return lines
+
+    def _look_at_underlay(self, keys: List[str], lines: List[str]) -> bool:
+        """Read the underlay; when it changed since the last look, a roam: every active peer's
+        traffic stopped, rebind and restun asked. Returns whether it changed."""
+        now = self.wall()
+        u = self._read_underlay()
+        old, old_at = self._underlay, self._underlay_at
+        self._underlay, self._underlay_at, self.underlay = u, now, u
+        if old is None or u == old:
+            return False
+        self.tracker.roamed(keys, old_at, now)
+        done = self._debug("rebind") if keys else ""
+        self.tracker.note_action(keys, "rebind" if not done and keys else "")
+        what = ""
+        if keys:
+            what = (f"; asked tailscaled to re-evaluate its paths (rebind) for {len(keys)} active peer(s)"
+                    if not done else f"; cannot ask tailscaled to re-evaluate: {done}")
+        lines.append(f"this machine's network changed: {old.describe()} -> {u.describe()}{what}")
+        self._debug("restun")
+        return True
 
     def _open(self, key: str) -> bool:
         ep = self.episodes.get(key)

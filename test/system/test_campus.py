@@ -55,6 +55,9 @@ CAMERA = "/camera/image_raw"
 ROBOT2_CAMERA = f"/{ros_namespace(ROBOT2)}/camera/image_raw"  # served link-aware by ROBOT2's robot.launch
 
 FAILOVER_BOUND_S = 15.0      # direct -> derp after UDP is blocked (measured: see MEASURED / -s output)
+STALL_BOUND_S = 3.0          # the same with the node's path guard (docs/node.md "Moving robots"): it notices
+                             # the stall in node.stall_after (0.5 s) and tailscaled falls back at once;
+                             # tailscale alone trusts the dead path 6.5 s (the node said derp after 4.6-5.5 s)
 RECOVER_DIRECT_BOUND_S = 30.0
 DERP_FRAME_BOUND_S = 30.0    # first raw frame over DERP after the switch (the direct backlog drains first)
 CONTROL_DOWN_BOUND_S = 60.0  # ~status control_reachable false after headscale stops
@@ -244,7 +247,7 @@ def test_failover_udp_blocked_derp_and_back(campus):
              rate_direct_after_hz=run.rate_hz(run.t_back, run.t_end))
     MEASURED["failover"] = m
     print(f"failover (UDP blocked at b1, camera robot1 -> laptop): {json.dumps(m)}")
-    assert m["to_derp_s"] <= FAILOVER_BOUND_S, m
+    assert m["to_derp_s"] <= STALL_BOUND_S, m
     assert m["to_direct_s"] <= RECOVER_DIRECT_BOUND_S, m
     assert m["rate_derp_hz"] > 0, m                  # the subscriber kept receiving on the relay
     assert m["longest_gap_s"] < FAILOVER_BOUND_S, m

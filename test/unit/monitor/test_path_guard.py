@@ -227,3 +227,21 @@ def test_a_home_region_without_derper_addresses_is_not_an_error():
     api = ScriptedAPI({"Regions": {"999": {"RegionID": 999, "RegionCode": "lab"}}})
     g, _, _ = guard(api, [], home="lab")
     assert g.check_home() == [] and g.home.ok and api.actions == []
+
+
+def test_a_roam_while_the_probes_wait_is_a_roam_not_a_stall():
+    api, clock = ScriptedAPI(), Clock()
+    g, box, _ = guard(api, [peer("robot", "direct", "100.64.0.2")], clock=clock)
+    g.tick()
+    reads = []
+
+    def moving():
+        reads.append(1)
+        return Underlay("eth0", "10.1.0.1", "10.1.0.5") if len(reads) == 1 else Underlay("eth0", "10.2.0.1", "10.2.0.7")
+    g._read_underlay = moving
+    api.answers["100.64.0.2"] = False
+    clock.t += 0.6
+    lines = g.tick()
+    assert [a for a, _ in api.actions] == ["rebind", "restun"]          # one rebind: the roam's
+    assert len(lines) == 1 and "network changed" in lines[0]
+    assert next(iter(g.episodes.values())).cause == CAUSE_ROAM
