@@ -34,18 +34,16 @@ from __future__ import annotations
 
 import argparse
 import json
-import threading
 import time
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
 from overlay_manager.core.ros_names import overlay_node
+from overlay_manager.core.stats import latency_stats
 from overlay_manager.lab.bench.mobility_report import (
     back_after,
     connections_before_after,
     first_after,
-    gap_end_after,
-    gap_from_list,
     longest_gap_after,
     markdown,
     peer_is,
@@ -106,9 +104,10 @@ class Traffic:
         self.stream = H264 if H264 in topics else RAW
         say(f"camera stream measured: {self.stream}")
         self.rec = robots.Recorder(lab, self.viewer, image=self.stream, nodes=[overlay_node(self.viewer)],
-                                   name="mobility-record", compressed=self.stream != RAW)
+                                   name="mobility-record", compressed=self.stream != RAW, twist_rate=TWIST_HZ)
         self.rec_robot = robots.Recorder(lab, self.robot, nodes=[overlay_node(self.robot)], name="mobility-robot")
         self.rec.wait("the first camera message", lambda e: e["ev"] == "frame", timeout=90)
+        self.rec.wait("the first Twist echo", lambda e: e["ev"] == "echo", timeout=60)
 
     def stop(self) -> None:
         """Stop the recorders and everything started, by pid."""
@@ -154,24 +153,12 @@ class Traffic:
 
         ``expect``/``endpoint_host``: the viewer node's ~peers entry for the robot that counts as
         right afterwards; ``robot_expect``: the robot node's path for the viewer likewise.
-        The Twist round trip runs ``before_s`` + ``window_s`` seconds around the action.
+        The Twist round trip runs all the time (the recorder's ``echo`` events); the event looks at
+        ``before_s`` s before the action and ``window_s`` s after it.
         """
         assert self.rec is not None and self.rec_robot is not None
-        twist: Dict[str, Any] = {}
         errors: List[str] = []
-        seconds = before_s + window_s
-
-        def control() -> None:
-            try:
-                twist.update(robots.run_probe(self.lab, self.viewer, [
-                    "control", "--rate", str(TWIST_HZ), "--seconds", str(seconds), "--timeout", "30"],
-                    timeout=seconds + 60))
-            except LabError as exc:
-                errors.append(f"Twist round trip: {exc}")
-
-        th = threading.Thread(target=control, name=f"twist-{name}", daemon=True)
-        th.start()
-        time.sleep(2.5 + before_s)  # the probe connects and warms up 1 s before its window starts
+        time.sleep(before_s)
         rec = action()
         t_act = rec["t_mono"]
         t_end = t_act + window_s
@@ -183,19 +170,22 @@ class Traffic:
             ok = self.rec.wait(f"{vnode} ~peers: {self.robot} {expect}", pred, timeout=window_s, since=t_act)
         except LabError as exc:
             errors.append(str(exc).splitlines()[0][:300])
-        time.sleep(max(0.0, t_end - time.monotonic()))
-        th.join(timeout=seconds + 90)
+        time.sleep(max(0.0, t_end + 1.0 - time.monotonic()))  # + 1 s: the recorder's lines arrive
         self.rec.read()
         self.rec_robot.read()
         frames = [e["t"] for e in self.rec.events if e["ev"] == "frame"]
+        echoes = [e for e in self.rec.events if e["ev"] == "echo"]
+        echo_t = [e["t"] for e in echoes]
+        rtts = [e["rtt_ms"] for e in echoes if t_act - before_s <= e["t"] < t_end]
         rok = first_after(self.rec_robot.events, t_act, rpred) if rpred else None
         out: Dict[str, Any] = {
             "scenario": name, "action": rec, "stream": self.stream,
             "camera_gap_s": longest_gap_after(frames, t_act, t_end),
             "camera_back_s": back_after(frames, t_act, t_end),
-            "twist_gap_s": gap_from_list(twist.get("echo_gaps", []), t_act, t_end) if twist else None,
-            "twist_back_s": gap_end_after(twist.get("echo_gaps", []), t_act, t_end) if twist else None,
-            "twist": {k: twist.get(k) for k in ("sent", "received", "rtt_p50_ms", "rtt_p99_ms", "echo_max_gap_s")},
+            "twist_gap_s": longest_gap_after(echo_t, t_act, t_end),
+            "twist_back_s": back_after(echo_t, t_act, t_end),
+            "twist": {"echoes": len(rtts), "expected": int((window_s + before_s) * TWIST_HZ),
+                      **latency_stats(rtts, "rtt")},
             "peers_s": round(ok["t"] - t_act, 2) if ok else None,
             "robot_peers_s": round(rok["t"] - t_act, 2) if rok else None,
             "camera_rates_hz": per_second_rates(frames, t_act - before_s, t_end),
@@ -203,10 +193,9 @@ class Traffic:
                         for e in self.rec.events + self.rec_robot.events
                         if e["ev"] == "change" and t_act - 1 <= e["t"] <= t_end],
         }
-        cam_same = connections_before_after(self.rec.events, t_act, t_end)
-        tw_same = (twist.get("connections_start") == twist.get("connections_end")) if twist else None
-        out["camera_connections_same"], out["twist_connections_same"] = cam_same, tw_same
-        out["same_connections"] = bool(cam_same) and bool(tw_same)
+        same = connections_before_after(self.rec.events, t_act, t_end)
+        out["same_connections"] = same
+        out["connections"] = [e["connections"] for e in self.rec.events if e["ev"] == "conns" and e["t"] <= t_end][-1:]
         if errors:
             out["error"] = "; ".join(errors)
         say(f"{name}: Twist gap {out['twist_gap_s']} s, camera gap {out['camera_gap_s']} s, ~peers right "
@@ -356,6 +345,86 @@ def derp_home(args: argparse.Namespace, wanted: Sequence[str]) -> Dict[str, List
     return res
 
 
+def roam_spec(machines: int) -> Dict[str, Any]:
+    """Two buildings (eim-adpf, adm-eif) with ``machines`` hosts split between them."""
+    half = (machines + 1) // 2
+    names = [f"m{i + 1:02d}" for i in range(machines)]
+    return {"name": "roam_fleet", "buildings": {
+        "ra": {"nat": "eim-adpf", "hosts": {n: {"team": "alpha", "role": "robot"} for n in names[:half]}},
+        "rb": {"nat": "adm-eif", "hosts": {n: {"team": "alpha", "role": "robot"} for n in names[half:]}}}}
+
+
+def headscale_roam(args: argparse.Namespace) -> Dict[str, Any]:
+    """headscale's CPU while ``args.machines`` enrolled machines each roam to the other building
+    and back, one move every ``args.period`` s per machine (staggered evenly), for ``args.seconds``
+    s; against the same window with nobody moving. CPU from /proc (user + system seconds)."""
+    from overlay_manager.lab.bench.derp import _proc_cpu_s
+
+    spec = roam_spec(args.machines)
+    out: Dict[str, Any] = {"machines": args.machines, "period_s": args.period, "seconds": args.seconds,
+                           "traffic": "none besides tailscale's own (idle links)"}
+    with Lab(spec, workdir=Path(args.out) / "lab-roam") as lab:
+        t0 = time.monotonic()
+        lab.tailscale_up_all(timeout=180)
+        out["enrol_s"] = round(time.monotonic() - t0, 1)
+        hs = lab.procs.procs["headscale"].pid
+        hosts = list(lab.hosts)
+        other = {h: ("rb" if lab.spec.host(h).building == "ra" else "ra") for h in hosts}
+        time.sleep(10.0)  # enrolment's map updates settle
+
+        def sample() -> Dict[str, float]:
+            busy_total = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+            return {"headscale": _proc_cpu_s(hs),
+                    "tailscaleds": sum(_proc_cpu_s(p.pid) for k, p in lab.procs.procs.items()
+                                       if k.startswith("tailscaled:")),
+                    "busy": (sum(busy_total) - busy_total[3] - busy_total[4]) / 100.0,
+                    "total": sum(busy_total) / 100.0, "t": time.monotonic()}
+
+        def window(a: Dict[str, float], b: Dict[str, float]) -> Dict[str, Any]:
+            wall = b["t"] - a["t"]
+            return {"wall_s": round(wall, 1),
+                    "headscale_pct_of_one_core": round(100.0 * (b["headscale"] - a["headscale"]) / wall, 1),
+                    "tailscaleds_pct_of_one_core": round(100.0 * (b["tailscaleds"] - a["tailscaleds"]) / wall, 1),
+                    "machine_busy_pct": round(100.0 * (b["busy"] - a["busy"]) / max(1e-9, b["total"] - a["total"]), 1)}
+
+        say(f"idle window {args.seconds:.0f} s ({len(hosts)} machines enrolled)")
+        a = sample()
+        time.sleep(args.seconds)
+        out["idle"] = window(a, sample())
+        say(f"idle: {out['idle']}")
+        moves: List[Dict[str, Any]] = []
+        errors: List[str] = []
+        step = args.period / len(hosts)
+        say(f"roaming window {args.seconds:.0f} s: each machine moves every {args.period:g} s (one move every "
+            f"{step:.2f} s)")
+        a = sample()
+        t_start = time.monotonic()
+        k = 0
+        while time.monotonic() - t_start < args.seconds:
+            due = t_start + k * step
+            time.sleep(max(0.0, due - time.monotonic()))
+            h = hosts[k % len(hosts)]
+            try:
+                where = lab.where(h).building
+                moves.append(lab.move(h, other[h] if where == lab.spec.host(h).building else lab.spec.host(h).building))
+            except LabError as exc:
+                errors.append(f"{h}: {exc}")
+            k += 1
+        out["roaming"] = window(a, sample())
+        out["moves"] = len(moves)
+        out["move_duration_ms_p50"] = round(1000 * sorted(m["done_mono"] - m["t_mono"] for m in moves)[len(moves) // 2],
+                                            1) if moves else None
+        out["late_moves"] = sum(1 for i, m in enumerate(moves) if m["t_mono"] - (t_start + i * step) > step)
+        out["errors"] = errors[:10]
+        say(f"roaming: {out['roaming']}, {len(moves)} moves")
+        # every machine still online and seeing the others after the roaming
+        time.sleep(5.0)
+        st = lab.tailscale_status(hosts[0])
+        out["online_peers_seen_by_first"] = sum(1 for p in (st.get("Peer") or {}).values() if p.get("Online"))
+    out["load_average_end"] = Path("/proc/loadavg").read_text().split()[:3]
+    return out
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """Entry point of scripts/bench_mobility."""
     ap = argparse.ArgumentParser(prog="bench_mobility", description=__doc__.split("\n\n")[0])
@@ -366,7 +435,20 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     ap.add_argument("--relay-window", type=float, default=60.0, help="seconds derp-relay waits for the relay")
     ap.add_argument("--derp-window", type=float, default=30.0, help="seconds after a derper is killed")
     ap.add_argument("--out", default="artifacts")
+    ap.add_argument("--headscale-roam", action="store_true",
+                    help="instead: headscale's CPU while --machines roam every --period s for --seconds")
+    ap.add_argument("--machines", type=int, default=20)
+    ap.add_argument("--period", type=float, default=10.0)
+    ap.add_argument("--seconds", type=float, default=60.0)
     args = ap.parse_args(argv)
+    if args.headscale_roam:
+        Path(args.out).mkdir(parents=True, exist_ok=True)
+        res = headscale_roam(args)
+        path = Path(args.out) / "bench_mobility_headscale.json"
+        path.write_text(json.dumps(res, indent=2) + "\n")
+        print(json.dumps(res, indent=2))
+        print(f"written: {path}")
+        return 0
     wanted = args.scenario or list(SCENARIOS)
     Path(args.out).mkdir(parents=True, exist_ok=True)
     t0 = time.monotonic()

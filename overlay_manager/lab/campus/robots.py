@@ -106,12 +106,13 @@ class Recorder:
     """
 
     def __init__(self, lab: Lab, host: str, image: str = "", nodes: Sequence[str] = (), name: str = "record",
-                 compressed: bool = False) -> None:
+                 compressed: bool = False, twist_rate: float = 0.0) -> None:
         self.lab, self.host = lab, host
         self.path = Path(lab.host_dir(host)) / f"{name}.jsonl"
         self.path.write_text("")
         args = (["probe.main", "record"] + (["--image", image] if image else [])
-                + (["--compressed"] if compressed else []))
+                + (["--compressed"] if compressed else [])
+                + (["--twist-rate", str(twist_rate)] if twist_rate > 0 else []))
         for n in nodes:
             args += ["--node", n]
         line = (f"{overlay_env_line(lab, host)} && exec {shlex.quote(_python())} -m overlay_manager.lab."

@@ -111,6 +111,10 @@ def main(argv: Optional[List[str]] = None) -> int:
     e.add_argument("--node", action="append", default=[], help="an overlay node: its ~peers paths, "
                    "~path_changes, ~status and its /diagnostics overlay entry")
     e.add_argument("--seconds", type=float, default=0.0, help="0 = until SIGTERM/SIGINT")
+    e.add_argument("--twist-rate", type=float, default=0.0, help="Hz of a Twist round trip through an echo "
+                   "(0 = none): one 'echo' line per echo")
+    e.add_argument("--twist-out", default="/cmd_vel")
+    e.add_argument("--twist-echo", default="/cmd_vel_echo")
     q = sub.add_parser("quality", help="camera streams as a viewer gets them: rate, latency, bitrate, PSNR "
                                        "(probe_quality.py)")
     q.add_argument("--stream", action="append", required=True, help="KIND:TOPIC, KIND raw|jpeg|h264 (repeat)")

@@ -24,8 +24,11 @@ def record(rospy: Any, args: Any) -> int:
     "node", "peer", "old", "new"} per ~path_changes message; {"t", "ev": "status", "node",
     "control_reachable", "backend_state"} when it changes; {"t", "ev": "diag", "node", "level",
     "message"} when the node's overlay diagnostic changes; {"t", "ev": "conns", "topic", "connections"}
-    when the image topic's connections change (probe main.connection_ids: a new id = a connection
-    re-established); {"t", "ev": "ready"} once subscribed."""
+    when the connections of the image topic and the Twist topics change (probe main.connection_ids:
+    a new id = a connection re-established); with ``--twist-rate`` Hz > 0 it publishes
+    geometry_msgs/Twist on ``--twist-out`` (linear.x = sequence number, linear.y = send time) and
+    emits {"t", "ev": "echo", "seq", "rtt_ms"} per echo on ``--twist-echo`` (rosnodes.py echo);
+    {"t", "ev": "ready"} once subscribed."""
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
@@ -54,6 +57,9 @@ def record(rospy: Any, args: Any) -> int:
 
         rospy.Subscriber(args.image, CompressedImage if getattr(args, "compressed", False) else Image, on_frame,
                          queue_size=100, buff_size=2 ** 24, tcp_nodelay=True)
+    twist_topics: tuple = ()
+    if getattr(args, "twist_rate", 0.0) > 0:
+        twist_topics = _twist(rospy, args, emit, stop)
     from diagnostic_msgs.msg import DiagnosticArray
 
     peer_list = get_message_class("overlay_manager/PeerList")
@@ -94,9 +100,39 @@ def record(rospy: Any, args: Any) -> int:
 
     while not stop.is_set() and time.monotonic() < end:
         stop.wait(0.2)
-        if args.image:
-            conns = connection_ids(rospy, (args.image,))
+        watched = ((args.image,) if args.image else ()) + twist_topics
+        if watched:
+            conns = connection_ids(rospy, watched)
             if changed("conns", conns):
                 emit("conns", topic=args.image, connections=conns)
     emit("end")
     return 0
+
+
+def _twist(rospy: Any, args: Any, emit: Any, stop: threading.Event) -> tuple:
+    """The round trip of ``record --twist-rate``: a sender thread on absolute deadlines and an
+    ``echo`` event per echo; returns the two topics (for the connection ids)."""
+    from geometry_msgs.msg import Twist
+
+    def on_echo(msg: Any) -> None:
+        now = time.monotonic()
+        emit("echo", seq=int(msg.linear.x), rtt_ms=round((now - msg.linear.y) * 1000.0, 3))
+
+    pub = rospy.Publisher(args.twist_out, Twist, queue_size=100, tcp_nodelay=True)
+    rospy.Subscriber(args.twist_echo, Twist, on_echo, queue_size=100, tcp_nodelay=True)
+    period = 1.0 / args.twist_rate
+
+    def send() -> None:
+        seq = 0
+        nxt = time.monotonic()
+        while not stop.is_set():
+            seq += 1
+            msg = Twist()
+            msg.linear.x = float(seq)
+            msg.linear.y = time.monotonic()
+            pub.publish(msg)
+            nxt += period
+            stop.wait(max(0.0, nxt - time.monotonic()))
+
+    threading.Thread(target=send, name="twist-sender", daemon=True).start()
+    return (args.twist_out, args.twist_echo)
