@@ -197,6 +197,17 @@ def explain(episode: Optional[Episode], previous_change: float, detail: str = ""
     return Explanation(episode.cause, what, episode.stopped, episode.resumed)
 
 
+def completed(why: Explanation, episode: Optional[Episode], waited_s: float, hold_s: float) -> Optional[Explanation]:
+    """A path change's explanation when the change may be published now, else None (wait): one
+    without a cause, or whose traffic already resumed, at once; one whose stall or roam is still
+    open waits until that episode resumes (then with its traffic_resumed) or hold_s passed."""
+    if not why.cause or why.resumed:
+        return why
+    if episode is not None and episode.resumed and episode.stopped == why.stopped:
+        return replace(why, resumed=episode.resumed)
+    return why if waited_s >= hold_s else None
+
+
 def actual_home(nat: NatInfo, self_relay: str, names: Dict[str, str]) -> NatInfo:
     """nat with preferred_derp replaced by the home region tailscaled actually uses (its own
     status: Self.Relay, magicsock's home with its hysteresis), when that is known; the network

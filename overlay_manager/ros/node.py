@@ -27,7 +27,7 @@ tailscaled, the ROS master or the log.
 |---|---|---|
 | overlay-poll | ``m.poll`` every 1/poll_rate s; queues path changes, logs | LocalAPI (STATUS_TIMEOUT_S) |
 | overlay-hosts | after each read (manage_hosts): ``m.hosts_entries`` -> hosts file, ``m.hosts_error`` | hosts file |
-| overlay-report | what changed at once, all at publish_rate; watchdog; sleeps to a deadline | nothing (publish) |
+| overlay-report | what changed at once (a stalled link's change once it resumed), all at publish_rate | nothing (publish) |
 | overlay-ping | ``ping_watched`` every ping_interval s (its pool: overlay-ping_N) | LocalAPI ping (bounded) |
 | overlay-netcheck | ``refresh_nat`` every netcheck_interval s | `tailscale netcheck` (bounded, dies with us) |
 | overlay-preflight | ``preflight`` every preflight_interval s | DNS lookups, TCP connect to the master (2 s) |
@@ -71,7 +71,7 @@ import rospy
 from diagnostic_msgs.msg import DiagnosticArray
 
 from overlay_manager.core.identity import peer_key
-from overlay_manager.core.mobility import Explanation, explain
+from overlay_manager.core.mobility import Explanation, completed, explain
 from overlay_manager.core.peers import PathChangeEvent, Snapshot, same_but_measurements
 from overlay_manager.monitor.overlay_monitor import OverlayMonitor
 from overlay_manager.monitor.path_guard import PathGuard
@@ -117,6 +117,9 @@ REPORT_TICK_S = 0.25
 relay and NAT check wakes it at once, and it wakes itself when a read in progress turns into a
 hang or the status turns stale (OverlayMonitor.freshness_changes_at), so this bounds only how
 late a failing worker thread or a publish fault is reported."""
+CHANGE_HOLD_S = 2.0
+"""Longest time a path change explained by a stall or roam waits for the traffic to resume before
+it is published without traffic_resumed."""
 REPORT_MIN_SLEEP_S = 0.01
 """Shortest sleep of the reporting thread (a deadline that has just passed does not spin it)."""
 
@@ -138,7 +141,9 @@ class OverlayNode:
         self.log = log
         n = self.cfg.node
         self._name = rospy.get_name().lstrip("/")
-        self._changes: Deque[Tuple[rospy.Time, PathChangeEvent, Explanation]] = collections.deque()
+        self._changes: Deque[Tuple[rospy.Time, PathChangeEvent, Explanation, str]] = collections.deque()
+        # overlay-report only: changes waiting for their stall or roam to resume (CHANGE_HOLD_S at most)
+        self._held: List[Tuple[rospy.Time, PathChangeEvent, Explanation, str, float]] = []
         self._last_change_at: Dict[str, float] = {}        # overlay-poll only: peer key -> POSIX s
         self._last_status: Optional[bytes] = None        # overlay-report only
         self._last_peers: Optional[Tuple[Optional[Snapshot], bool]] = None  # overlay-report only: published
@@ -267,7 +272,7 @@ class OverlayNode:
                 key = peer_key(ev.peer)
                 why = explain(episodes.get(key), self._last_change_at.get(key, 0.0))
                 self._last_change_at[key] = now.to_sec()
-                self._changes.append((now, ev, why))
+                self._changes.append((now, ev, why, key))
                 if ev.old_path:
                     self.log(LOG_INFO, f"path to {ev.peer.name}: {ev.old_path} -> {ev.new_path} "
                                    f"{ev.peer.endpoint or ev.peer.relay_region}")
@@ -310,6 +315,8 @@ class OverlayNode:
             self.log(LOG_WARN, f"overlay_manager: {line}")
         if lines:
             self.poller.wake()
+        if self._held:
+            self.reporter.wake()  # a held path change may have resumed
 
     def _home_cycle(self) -> None:
         """overlay-home: is the home DERP region's derper answering (PathGuard.check_home)?"""
@@ -349,8 +356,9 @@ class OverlayNode:
         mono = time.monotonic()
         now = rospy.Time.now()
         while self._changes:
-            stamp, ev, why = self._changes.popleft()
-            self._publish(self.pub_changes, path_change_msg(stamp, ev, why), "~path_changes")
+            self._held.append(self._changes.popleft() + (mono,))
+        if self._held:
+            self._publish_changes(mono)
         connected = self.bus.connected
         if self._bus_was_connected and not connected:
             self.poller.wake()  # the IPN bus dropped: tailscaled may be gone, read the status now
@@ -383,6 +391,27 @@ class OverlayNode:
         # own, REPORT_TICK_S at most; every other change wakes this thread
         wake = min(self._next_periodic, self.m.freshness_changes_at(mono) + REPORT_MIN_SLEEP_S)
         self.reporter.period_s = min(REPORT_TICK_S, max(REPORT_MIN_SLEEP_S, wake - mono))
+
+    def _publish_changes(self, mono: float) -> None:
+        """overlay-report: publish the queued path changes in order; one that a stall or roam
+        explains waits until the guard saw the traffic resume (its first answered probe, usually
+        a guard_interval after the change), CHANGE_HOLD_S at most, so that it carries
+        traffic_resumed; later changes of the same peer wait behind it."""
+        episodes = self.guard.episodes if self.guard is not None else {}
+        keep: List[Tuple[rospy.Time, PathChangeEvent, Explanation, str, float]] = []
+        blocked = set()
+        for stamp, ev, why, key, seen in self._held:
+            if key not in blocked:
+                done = completed(why, episodes.get(key), mono - seen, CHANGE_HOLD_S)
+                if done is None:
+                    blocked.add(key)
+                else:
+                    why = done
+            if key in blocked:
+                keep.append((stamp, ev, why, key, seen))
+                continue
+            self._publish(self.pub_changes, path_change_msg(stamp, ev, why), "~path_changes")
+        self._held = keep
 
     def _publish(self, pub: rospy.Publisher, msg: Any, topic: str) -> None:
         """Publish; a message that cannot be sent is reported (faults, once in the log), not fatal."""

@@ -111,3 +111,16 @@ def test_probe_timeout_ends_when_a_stall_would_be_declared():
     assert t.probe_timeout("a", 10.45) == 0.1           # the floor
     t.unanswered("a", 10.2, 10.5)
     assert t.probe_timeout("a", 10.6) == 0.5            # an open stall: full timeout
+
+
+def test_a_change_waits_for_its_traffic_to_resume():
+    from overlay_manager.core.mobility import Episode, Explanation, completed
+    why = Explanation(CAUSE_STALL, "x", 10.0, 0.0)
+    open_ep = Episode(CAUSE_STALL, 10.0, 10.5)
+    assert completed(why, open_ep, 0.3, 2.0) is None                     # wait
+    assert completed(why, open_ep, 2.0, 2.0) is why                      # waited long enough
+    done = completed(why, Episode(CAUSE_STALL, 10.0, 10.5, 10.7), 0.3, 2.0)
+    assert done is not None and done.resumed == 10.7
+    assert completed(why, Episode(CAUSE_STALL, 12.0, 12.5, 12.7), 0.3, 2.0) is None  # another episode
+    plain = Explanation()
+    assert completed(plain, None, 0.0, 2.0) is plain
