@@ -27,7 +27,7 @@ tailscaled, the ROS master or the log.
 |---|---|---|
 | overlay-poll | ``m.poll`` every 1/poll_rate s; queues path changes, logs | LocalAPI (STATUS_TIMEOUT_S) |
 | overlay-hosts | after each read (manage_hosts): ``m.hosts_entries`` -> hosts file, ``m.hosts_error`` | hosts file |
-| overlay-report | what changed at once (a stalled link's change once it resumed), all at publish_rate | nothing (publish) |
+| overlay-report | changes at once (a stalled link's once it resumed), all at publish_rate | nothing (publish) |
 | overlay-ping | ``ping_watched`` every ping_interval s (its pool: overlay-ping_N) | LocalAPI ping (bounded) |
 | overlay-netcheck | ``refresh_nat`` every netcheck_interval s | `tailscale netcheck` (bounded, dies with us) |
 | overlay-preflight | ``preflight`` every preflight_interval s | DNS lookups, TCP connect to the master (2 s) |
