@@ -152,7 +152,8 @@ class Traffic:
         """Run ``action`` under live traffic and measure it (see mobility_report.py).
 
         ``expect``/``endpoint_host``: the viewer node's ~peers entry for the robot that counts as
-        right afterwards; ``robot_expect``: the robot node's path for the viewer likewise.
+        right afterwards ("" = none is waited for); ``robot_expect``: the robot node's path for
+        the viewer likewise.
         The Twist round trip runs all the time (the recorder's ``echo`` events); the event looks at
         ``before_s`` s before the action and ``window_s`` s after it.
         """
@@ -167,7 +168,9 @@ class Traffic:
         rpred = peer_is(rnode, self.viewer, robot_expect) if robot_expect else None
         ok = None
         try:
-            ok = self.rec.wait(f"{vnode} ~peers: {self.robot} {expect}", pred, timeout=window_s, since=t_act)
+            if expect:
+                ok = self.rec.wait(f"{vnode} ~peers: {self.robot} {expect}", pred,
+                                   timeout=max(0.5, t_end - time.monotonic()), since=t_act)
         except LabError as exc:
             errors.append(str(exc).splitlines()[0][:300])
         time.sleep(max(0.0, t_end + 1.0 - time.monotonic()))  # + 1 s: the recorder's lines arrive
@@ -283,7 +286,7 @@ def flaps(lab: Lab, tr: Traffic, count: int) -> Dict[str, Any]:
         holder["records"] = recs
         return recs[0]
 
-    r = tr.event("flaps", action, "direct", robot_expect="", window_s=2.0 * count + 10.0)
+    r = tr.event("flaps", action, "", robot_expect="", window_s=2.0 * count + 10.0)
     recs = holder.get("records", [])
     t_last = recs[-1]["t_mono"] if recs else r["action"]["t_mono"]
     assert tr.rec is not None
