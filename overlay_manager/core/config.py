@@ -188,8 +188,9 @@ class NodeSettings:
     guard_interval: float = field(default=0.2, metadata=_limits(le=86400))
     # s without an answer to those probes that make a stall (the node then asks tailscaled to rebind)
     stall_after: float = field(default=0.5, metadata=_limits(gt=0, le=60))
-    # s between checks that the home DERP region's derper accepts connections; 0 = off
-    home_check_interval: float = field(default=2.0, metadata=_limits(le=86400))
+    # s between checks that the home DERP region's derper accepts connections (tailscaled's connection
+    # to it in /proc/net/tcp; a TCP connect only when there is none); 0 = off
+    home_check_interval: float = field(default=0.5, metadata=_limits(le=86400))
 
 
 @dataclass(frozen=True)

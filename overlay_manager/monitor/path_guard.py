@@ -21,6 +21,7 @@ from overlay_manager.core.mobility import (
     HomeCheck,
     StallTracker,
     Underlay,
+    established_remotes,
     parse_default_route,
     pick_other_region,
 )
@@ -129,6 +130,8 @@ class PathGuard:
         self._derp: Dict[str, Tuple[int, List[Tuple[str, int]]]] = {}  # overlay-home only
         self._derp_read_at = -1e18                        # overlay-home only
         self._dead_home = ""                              # overlay-home only: region forced away from
+        self._resolved: Dict[str, str] = {}               # overlay-home only: derper host -> IPv4
+        self._proc_net_tcp = "/proc/net/tcp"              # tests point it elsewhere
         # read by other threads, replaced whole:
         self.episodes: Dict[str, Episode] = {}
         self.home = HomeCheck()
@@ -236,7 +239,9 @@ class PathGuard:
 
     # ----- overlay-home -----------------------------------------------------------------------
     def check_home(self) -> List[str]:
-        """Is the home region's derper accepting connections? If not, and another region is,
+        """Is the home region's derper accepting connections? While tailscaled holds a TCP
+        connection to it (/proc/net/tcp) it is; otherwise the node tries a TCP connect. If that
+        fails, and another region accepts one,
         ask tailscaled to prefer that one (force-prefer-derp + restun); release the preference
         when the old home answers again. Returns log lines."""
         lines: List[str] = []
@@ -245,6 +250,7 @@ class PathGuard:
             try:
                 self._derp = derp_nodes(self.api.derp_map())
                 self._derp_read_at = now
+                self._resolved = {}
             except TailscaleError as exc:
                 if not self._derp:
                     self.home = HomeCheck(error=f"cannot read the DERP map: {exc}", ok=True)
@@ -263,7 +269,10 @@ class PathGuard:
         if not home or not self._derp.get(home, (0, []))[1]:  # unknown, or no derper address to check
             self.home = HomeCheck(region=home, forced_region=self.home.forced_region if self._dead_home else "")
             return lines
-        took, err = self._region_answers(home)
+        if self._connected_to(home):  # tailscaled holds its home connection: nothing to ask the derper
+            took, err = 0.0, ""
+        else:
+            took, err = self._region_answers(home)
         if not err:
             prev = self.home
             self.home = HomeCheck(region=home, forced_region=prev.forced_region if self._dead_home else "",
@@ -293,6 +302,28 @@ class PathGuard:
             lines.append(f"home DERP region {home} refuses connections ({err}); {action}")
         self.home = HomeCheck(home, False, err, since, action, forced)
         return lines
+
+    def _connected_to(self, code: str) -> bool:
+        """Whether this network namespace has an ESTABLISHED TCP connection to one of region
+        code's derpers (tailscaled's home connection: /proc/net/tcp, no packet sent). A host
+        name without an IPv4 address in the DERP map is resolved (bounded by the resolver)."""
+        _, nodes = self._derp.get(code, (0, []))
+        try:
+            with open(self._proc_net_tcp, encoding="ascii", errors="replace") as f:
+                remotes = set(established_remotes(f.read()))
+        except OSError:
+            return False
+        for host, port in nodes:
+            ip = self._resolved.get(host)
+            if ip is None:
+                try:
+                    ip = socket.gethostbyname(host)
+                except OSError:
+                    ip = ""
+                self._resolved[host] = ip
+            if (ip, port) in remotes:
+                return True
+        return False
 
     def _region_answers(self, code: str) -> Tuple[float, str]:
         """(connect seconds, "") when one of region code's derpers accepts a TCP connection,

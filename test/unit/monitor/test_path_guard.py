@@ -245,3 +245,16 @@ def test_a_roam_while_the_probes_wait_is_a_roam_not_a_stall():
     assert [a for a, _ in api.actions] == ["rebind", "restun"]          # one rebind: the roam's
     assert len(lines) == 1 and "network changed" in lines[0]
     assert next(iter(g.episodes.values())).cause == CAUSE_ROAM
+
+
+def test_tailscaleds_own_connection_to_the_home_derper_means_it_works(tmp_path, listener):
+    _, dead = listener
+    api = ScriptedAPI(two_regions(dead, dead))
+    g, _, _ = guard(api, [], home="north")
+    tcp = tmp_path / "tcp"
+    tcp.write_text("  sl  local_address rem_address   st\n"
+                   f"   0: 0100007F:B3C2 0100007F:{dead:04X} 01 00000000:00000000\n")
+    g._proc_net_tcp = str(tcp)
+    assert g.check_home() == [] and g.home.ok and api.actions == []   # no connect tried: it would be refused
+    tcp.write_text("  sl  local_address rem_address   st\n")
+    assert "refuses connections" in g.check_home()[0]                 # no connection: connect, refused
