@@ -287,6 +287,11 @@ class PathGuard:
                 if not e:
                     reachable[code] = t
         other = pick_other_region(home, reachable)
+        if not other and "refused" not in err.lower():
+            # nothing answers and nothing refuses: this machine's own network is out (a roam, a
+            # link down), not the home region; the stall guard and tailscaled deal with that
+            self.home = HomeCheck(region=home, error=f"no derper reachable ({err})")
+            return lines
         action = "no other region answers: nothing to move to"
         forced = ""
         if other:

@@ -258,3 +258,15 @@ def test_tailscaleds_own_connection_to_the_home_derper_means_it_works(tmp_path, 
     assert g.check_home() == [] and g.home.ok and api.actions == []   # no connect tried: it would be refused
     tcp.write_text("  sl  local_address rem_address   st\n")
     assert "refuses connections" in g.check_home()[0]                 # no connection: connect, refused
+
+
+def test_no_derper_reachable_at_all_is_this_machines_network_not_a_dead_home(monkeypatch):
+    import overlay_manager.monitor.path_guard as pg
+    monkeypatch.setattr(pg, "tcp_connect", lambda host, port, timeout_s: (-1.0, f"{host}:{port}: Network is unreachable"))
+    api = ScriptedAPI({"Regions": {
+        "901": {"RegionID": 901, "RegionCode": "north", "Nodes": [{"IPv4": "192.0.2.1", "DERPPort": 9}]},
+        "902": {"RegionID": 902, "RegionCode": "south", "Nodes": [{"IPv4": "192.0.2.2", "DERPPort": 9}]}}})
+    g, _, _ = guard(api, [], home="north")
+    assert g.check_home() == [] and api.actions == []
+    d = mobility_diagnostic(g.home, 0, 0, "x")
+    assert d.level == OK and "no derper reachable" in d.message
