@@ -262,7 +262,7 @@ def test_tailscaleds_own_connection_to_the_home_derper_means_it_works(tmp_path, 
 
 def test_no_derper_reachable_at_all_is_this_machines_network_not_a_dead_home(monkeypatch):
     import overlay_manager.monitor.path_guard as pg
-    monkeypatch.setattr(pg, "tcp_connect", lambda host, port, timeout_s: (-1.0, f"{host}:{port}: Network is unreachable"))
+    monkeypatch.setattr(pg, "tcp_connect", lambda host, port, timeout_s: (-1.0, f"{host}:{port}: Network unreachable"))
     api = ScriptedAPI({"Regions": {
         "901": {"RegionID": 901, "RegionCode": "north", "Nodes": [{"IPv4": "192.0.2.1", "DERPPort": 9}]},
         "902": {"RegionID": 902, "RegionCode": "south", "Nodes": [{"IPv4": "192.0.2.2", "DERPPort": 9}]}}})
