@@ -217,8 +217,12 @@ def actual_home(nat: NatInfo, self_relay: str, names: Dict[str, str]) -> NatInfo
     if not self_relay or self_relay == nat.preferred_derp:
         return nat
     ms = next((m for c, _, m in nat.region_latency if c == self_relay), float("nan"))
-    return replace(nat, preferred_derp=self_relay, preferred_derp_latency_ms=ms,
-                   preferred_derp_name=names.get(self_relay, ""))
+    name = names.get(self_relay, "")
+    label = f"{self_relay} ({name})" if name and name != self_relay else self_relay
+    lat = "" if ms != ms else f" ({ms:.1f} ms)"
+    summary = nat.summary.split("; home DERP ", 1)[0] + f"; home DERP {label}{lat}"
+    return replace(nat, preferred_derp=self_relay, preferred_derp_latency_ms=ms, preferred_derp_name=name,
+                   summary=summary)
 
 
 TCP_ESTABLISHED = 0x01

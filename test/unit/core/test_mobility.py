@@ -91,8 +91,10 @@ def test_explain_only_episodes_since_the_previous_change():
 
 def test_actual_home_replaces_the_netchecks_pick():
     nat = NatInfo(known=True, preferred_derp="a", preferred_derp_latency_ms=1.0,
+                  summary="UDP works; home DERP a (Alpha) (1.0 ms)",
                   region_latency=(("a", "Alpha", 1.0), ("b", "Beta", 2.5)))
     home = actual_home(nat, "b", {"b": "Beta"})
+    assert home.summary == "UDP works; home DERP b (Beta) (2.5 ms)"
     assert (home.preferred_derp, home.preferred_derp_latency_ms, home.preferred_derp_name) == ("b", 2.5, "Beta")
     assert actual_home(nat, "", {}) is nat
     assert math.isnan(actual_home(nat, "c", {}).preferred_derp_latency_ms)
