@@ -294,11 +294,19 @@ class PathGuard:
             return lines
         action = "no other region answers: nothing to move to"
         forced = ""
-        if other:
-            why = self._debug("force-prefer-derp", str(self._derp[other][0]).encode("ascii"))
+        if other and prev.region == home and prev.forced_region == other:
+            action, forced = prev.action, other  # asked already: tailscaled is moving
+        elif other:
+            rid = self._derp[other][0]
+            why = self._debug("force-prefer-derp", str(rid).encode("ascii"))
             if not why:
+                # force-prefer-derp holds for every later network check, which takes seconds
+                # when UDP is blocked; pick-new-derp moves home now (to another region: the one
+                # asked when there are two, else any, which the check then corrects)
+                moved = self._debug("pick-new-derp")
                 self._debug("restun")
-                action = f"asked tailscaled to prefer region {other} (force-prefer-derp {self._derp[other][0]}, restun)"
+                action = (f"asked tailscaled to prefer region {other} (force-prefer-derp {rid}, "
+                          + ("pick-new-derp, " if not moved else "") + "restun)")
                 forced = other
                 self._dead_home = home
             else:

@@ -354,7 +354,9 @@ class LocalAPI:
           out over DERP and every candidate path until a pong arrives);
         - ``restun``: a new network check now (STUN, DERP latencies, the home region);
         - ``force-prefer-derp`` with body ``N`` (a region id; 0 = stop forcing): the network check
-          prefers region N whenever it reaches it.
+          prefers region N whenever it reaches it;
+        - ``pick-new-derp``: the home region becomes another region of the DERP map at once (the
+          first one that is not the current home).
 
         Raises DebugUnsupported (HTTP 404, 501 or "unknown action"), AccessDenied, or another
         TailscaleError.

@@ -199,13 +199,14 @@ def test_a_dead_home_region_is_an_error_and_another_region_is_preferred(listener
     api = ScriptedAPI(two_regions(dead, live))
     g, _, snap = guard(api, [], home="north")
     lines = g.check_home()
-    assert api.actions == [("force-prefer-derp", b"902"), ("restun", b"")]
+    assert api.actions == [("force-prefer-derp", b"902"), ("pick-new-derp", b""), ("restun", b"")]
     assert "home DERP region north refuses connections" in lines[0] and "prefer region south" in lines[0]
+    assert g.check_home() == [] and len(api.actions) == 3   # still north, asked already: not again
     d = mobility_diagnostic(g.home, 0, g.actions, "x")
     assert d.level == ERROR and "refuses connections" in d.message and "force-prefer-derp 902" in d.message
     # tailscaled moved home; the old region still dead: nothing more to do
     snap.self_peer.relay_region = "south"
-    assert g.check_home() == [] and len(api.actions) == 2
+    assert g.check_home() == [] and len(api.actions) == 3
     d = mobility_diagnostic(g.home, 0, g.actions, "x")
     assert d.level == OK and g.home.forced_region == "south"
     # the old home answers again: stop forcing
