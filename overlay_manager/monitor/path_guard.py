@@ -37,6 +37,9 @@ UPGRADE_PROBE_S = 1.0
 """Seconds between probes of an active peer on DERP: a disco ping from the LocalAPI pings every
 candidate path of the peer at once (not rate-limited like tailscaled's own discovery), so a
 direct path that works again is found within about this long."""
+FAST_UPGRADE_S = 5.0
+"""Seconds after a stall or roam during which its peer is probed every guard_interval, even on
+DERP (a direct path is usually back within this long: UDP unblocked, a roam's new address)."""
 HOME_CONNECT_TIMEOUT_S = 1.0
 """Seconds a TCP connect to a derper may take before the region counts as not answering."""
 DERP_MAP_EVERY_S = 60.0
@@ -169,7 +172,7 @@ class PathGuard:
         self._look_at_underlay(keys, lines)
         probe = []
         for p, k in zip(targets, keys):
-            if p.path in (PATH_DIRECT, PATH_PEER_RELAY) or self._open(k):
+            if p.path in (PATH_DIRECT, PATH_PEER_RELAY) or self._recent(k, now):
                 probe.append((p, k))
             elif p.path == PATH_DERP and now - self._last_derp_probe.get(k, -1e18) >= UPGRADE_PROBE_S:
                 self._last_derp_probe[k] = now
@@ -224,9 +227,12 @@ class PathGuard:
         self._debug("restun")
         return True
 
-    def _open(self, key: str) -> bool:
+    def _recent(self, key: str, now: float) -> bool:
+        """Whether peer key's traffic stopped less than FAST_UPGRADE_S ago or has not resumed:
+        it is probed every tick, so that tailscaled tries the new candidate paths (a roamed
+        peer's new address) at that rate, not once a second."""
         ep = self.episodes.get(key)
-        return ep is not None and not ep.resumed
+        return ep is not None and (not ep.resumed or now - ep.detected < FAST_UPGRADE_S)
 
     def _ping(self, ip: str, timeout_s: float) -> bool:
         """One disco ping; True when answered within timeout_s (never raises)."""

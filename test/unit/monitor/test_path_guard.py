@@ -271,3 +271,26 @@ def test_no_derper_reachable_at_all_is_this_machines_network_not_a_dead_home(mon
     assert g.check_home() == [] and api.actions == []
     d = mobility_diagnostic(g.home, 0, 0, "x")
     assert d.level == OK and "no derper reachable" in d.message
+
+
+def test_after_a_stall_its_peer_is_probed_every_tick_for_a_while_even_on_derp():
+    api, clock = ScriptedAPI(), Clock()
+    peers = [peer("robot", "direct", "100.64.0.2")]
+    g, _, _ = guard(api, peers, clock=clock)
+    g.tick()
+    api.answers["100.64.0.2"] = False
+    clock.t += 0.6
+    g.tick()                                     # the stall
+    peers[0] = peer("robot", "derp", "100.64.0.2")
+    api.answers["100.64.0.2"] = True
+    n = g.probes
+    for _ in range(10):                          # 2 s on derp, resumed: every tick
+        clock.t += 0.2
+        g.tick()
+    assert g.probes - n == 10
+    clock.t += 5.0
+    n = g.probes
+    for _ in range(10):                          # later: once a second
+        clock.t += 0.2
+        g.tick()
+    assert g.probes - n == 2
