@@ -147,6 +147,26 @@ class Traffic:
         return wait_for(f"{overlay_node(self.viewer)} ~peers: {self.robot} {path}"
                         + (f" at {endpoint_host}" if endpoint_host else ""), now_ok, timeout, 0.3, seen)
 
+    def wait_flowing(self, timeout: float, min_share: float = 0.5) -> None:
+        """Wait until the camera and the Twist echoes arrived at ``min_share`` of their rates in
+        the last second (a previous event may have left a stream stopped)."""
+        assert self.rec is not None
+        rec = self.rec
+
+        def flowing() -> bool:
+            rec.read()
+            now = time.monotonic()
+            frames = sum(1 for e in rec.events[-200:] if e["ev"] == "frame" and e["t"] >= now - 1.0)
+            echoes = sum(1 for e in rec.events[-200:] if e["ev"] == "echo" and e["t"] >= now - 1.0)
+            return frames >= 30 * min_share and echoes >= TWIST_HZ * min_share
+
+        def seen() -> str:
+            now = time.monotonic()
+            last = {k: max((e["t"] for e in rec.events if e["ev"] == k), default=None) for k in ("frame", "echo")}
+            return ", ".join(f"last {k} {now - t:.1f} s ago" if t else f"no {k} yet" for k, t in last.items())
+
+        wait_for("the camera and the Twist round trip to flow at half rate or more", flowing, timeout, 0.3, seen)
+
     def event(self, name: str, action: Callable[[], Dict[str, Any]], expect: str, endpoint_host: str = "",
               robot_expect: str = "", before_s: float = 3.0, window_s: float = 15.0) -> Dict[str, Any]:
         """Run ``action`` under live traffic and measure it (see mobility_report.py).
@@ -159,6 +179,7 @@ class Traffic:
         """
         assert self.rec is not None and self.rec_robot is not None
         errors: List[str] = []
+        self.wait_flowing(90.0)
         time.sleep(before_s)
         rec = action()
         t_act = rec["t_mono"]
