@@ -51,17 +51,17 @@ class GapTest(unittest.TestCase):
 
 class PeersTest(unittest.TestCase):
     EVENTS = [
-        {"t": 1.0, "ev": "peers", "node": "/lap/overlay_manager", "paths": {"r1": ["direct", 0.5, "10.231.0.10:41641"]}},
-        {"t": 5.0, "ev": "peers", "node": "/lap/overlay_manager", "paths": {"r1": ["derp", 1.0, "fleet"]}},
-        {"t": 9.0, "ev": "peers", "node": "/lap/overlay_manager", "paths": {"r1": ["direct", 0.5, "10.231.0.11:3000"]}},
+        {"t": 1.0, "ev": "peers", "node": "/lap/node", "paths": {"r1": ["direct", 0.5, "10.231.0.10:41641"]}},
+        {"t": 5.0, "ev": "peers", "node": "/lap/node", "paths": {"r1": ["derp", 1.0, "fleet"]}},
+        {"t": 9.0, "ev": "peers", "node": "/lap/node", "paths": {"r1": ["direct", 0.5, "10.231.0.11:3000"]}},
     ]
 
     def test_path_and_endpoint(self) -> None:
-        pred = peer_is("/lap/overlay_manager", "r1", "direct", "10.231.0.11")
+        pred = peer_is("/lap/node", "r1", "direct", "10.231.0.11")
         self.assertEqual(first_after(self.EVENTS, 0.0, pred)["t"], 9.0)
-        self.assertEqual(first_after(self.EVENTS, 2.0, peer_is("/lap/overlay_manager", "r1", "derp"))["t"], 5.0)
+        self.assertEqual(first_after(self.EVENTS, 2.0, peer_is("/lap/node", "r1", "derp"))["t"], 5.0)
         self.assertIsNone(first_after(self.EVENTS, 0.0, peer_is("/other", "r1", "direct")))
-        self.assertIsNone(first_after(self.EVENTS, 0.0, peer_is("/lap/overlay_manager", "r2", "direct")))
+        self.assertIsNone(first_after(self.EVENTS, 0.0, peer_is("/lap/node", "r2", "direct")))
 
     def test_connections(self) -> None:
         a = [[3, "/cam", "i", "http://r1:1234/"]]
