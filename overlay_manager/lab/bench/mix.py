@@ -107,6 +107,8 @@ def run(out_dir: Path, seconds: float, modes: Sequence[str], uplink_mbit: float,
     try:
         lab.up()
         setup = mix.start(uplink_mbit)
+        setup["capacity"] = mix.capacity()
+        say(f"TCP robot -> laptop before the mix flows (iperf3 -R, 5 s): {setup['capacity']}")
         for mode in modes:
             if mode == "shaped" and mix.shaped_topics() is None:
                 errors.append("shaped: the robot runs no topic shaper in this set-up (not measured)")
@@ -159,7 +161,10 @@ def render_markdown(data: Dict[str, Any]) -> str:
              f"over one {m['uplink_mbit']:g} Mbit/s uplink (tbf), {m.get('direct') or 'no direct viewer'} direct on "
              f"the robot's LAN; Twist 50 Hz from {m['relayed']}; {m['seconds_per_mode']:g} s per mode; "
              f"{m['cores']} cores, load average {m['load_start']} at the start, {m['load_end']} at the end "
-             f"(a shared machine).", "",
+             f"(a shared machine). TCP from the robot before the mix flows (iperf3, 5 s): "
+             + (", ".join(f"{h} {v.get('tcp_mbps', v.get('error'))} Mbit/s"
+                          for h, v in ((m.get("setup") or {}).get("capacity") or {}).items()) or "not measured")
+             + ".", "",
              "| mode | viewer | topic | rate Hz | message age p50 / p99 ms | newest age p50 / p99 ms | "
              "latency growth ms | Mbit/s | message bytes |",
              "|---|---|---|---|---|---|---|---|---|"]

@@ -65,6 +65,8 @@ THROTTLE_HZ = {"points": 0.3, "scan": 10.0, "map": 0.1}
 30 Mbit/s uplink on paper: a 5.69 MB cloud every 3.3 s (13.7 Mbit/s), the 5.69 MB map every 10 s
 (4.6), the 10.3 KB scan at 10 Hz (0.8); with the camera's 2.4 Mbit/s, 21.5 Mbit/s."""
 MODES = ("raw", "throttle", "shaped")
+IPERF_PORT = 5202
+"""iperf3's port for :meth:`RobotMix.capacity` (robot.launch's own iperf server has 5201)."""
 
 
 def ns() -> str:
@@ -131,6 +133,30 @@ class RobotMix:
                     "peers": {overlay_node(host): {ROBOT: path}}}
             robots.run_probe(self.lab, host, ["nodes", json.dumps(spec), "--timeout", f"{timeout:g}"],
                              timeout=timeout + 30)
+
+    def capacity(self, seconds: float = 5.0) -> Dict[str, Any]:
+        """TCP throughput (iperf3, ``seconds``) from the robot to each laptop over the overlay,
+        measured before any viewer subscribes: what each path carries on this machine now (the
+        relayed one is bounded by the uplink and by the CPU that DERP's TLS and userspace WireGuard
+        get). {host: {"tcp_mbps": ...} or {"error": ...}}."""
+        server = self.lab.popen(ROBOT, ["iperf3", "-s", "-p", str(IPERF_PORT)],
+                                log=Path(self.lab.host_dir(ROBOT)) / "iperf3.log")
+        out: Dict[str, Any] = {}
+        try:
+            time.sleep(0.5)
+            for host in (RELAYED, DIRECT):
+                argv = ["iperf3", "-c", self.lab.overlay_ip(ROBOT), "-p", str(IPERF_PORT), "-R", "-t",
+                        f"{seconds:g}", "-J", "--connect-timeout", "5000"]
+                res = self.lab.exec(host, argv, timeout=seconds + 40, check=False, quiet=True)
+                try:
+                    data = json.loads(res.stdout)
+                    out[host] = ({"error": data["error"]} if data.get("error") else
+                                 {"tcp_mbps": round(data["end"]["sum_received"]["bits_per_second"] / 1e6, 1)})
+                except (json.JSONDecodeError, KeyError) as exc:
+                    out[host] = {"error": f"{exc}: {(res.stderr or res.stdout).strip()[-200:]}"}
+        finally:
+            robots.stop(self.lab, server)
+        return out
 
     def wait_mix(self, timeout: float = 60.0) -> Dict[str, Any]:
         """The mix publisher's start line (sizes in bytes, rates) once it publishes."""
