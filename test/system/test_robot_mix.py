@@ -9,15 +9,17 @@
 The robot publishes the mix of lab/probe/mix_data.py (a 355,755-point coloured cloud, a 1282-beam
 scan and a 2564 x 2220 grid, 5.69 MB / 10.3 KB / 5.69 MB a message) and its camera; the viewers
 (lab/probe/mix_nodes.py ``ages``) measure rate, message age and size per topic. One campus for the
-module; two measurements of 8 s:
+module; two measurements of 8 s (shaped first: the raw one leaves the relayed path's queues full):
 
+- shaped (the robot's topic shaper, lab/campus/robot_mix.py SHAPER_PARAMS): the relayed laptop takes
+  ``<topic>/shaped`` of the cloud, scan and map: every one arrives with the original header,
+  smaller than the original (zstd; the cloud decimated where allowed), at a bounded age and the
+  cloud faster than raw or a hand-set throttle; the camera flows and the Twist round trip
+  answers; at the same time the direct laptop gets the raw mix at its full content (the
+  published message size) and rate (with margins for the shared CPU);
 - raw: the relayed laptop takes the topics as published: the 455 Mbit/s cloud cannot cross the
   30 Mbit/s uplink (it arrives at a fraction of its rate, seconds old), which shows the limit is in
-  effect and the viewer measures it;
-- throttle (topic_tools throttle on the robot, rates set by hand as a user would): the relayed
-  laptop gets the throttled topics whole (the published message size), the camera flows, the
-  Twist round trip answers; at the same time the direct laptop gets the raw mix at its full rate
-  and full content.
+  effect and the viewer measures it.
 
 The numbers against the goals are the benchmark's (lab/bench/mix.py, docs/bench.md); this test
 keeps margins for a busy 2-core machine.
@@ -33,11 +35,19 @@ from overlay_manager.lab.campus import robots
 from overlay_manager.lab.campus.robot_mix import DIRECT, HEAVY, NOMINAL_HZ, RELAYED, ROBOT, SPEC, RobotMix
 
 MEASURE_S = 8.0
-DIRECT_SHARE = {"points": 0.7, "scan": 0.8, "map": 0.0}
+DIRECT_SHARE = {"points": 0.15, "scan": 0.8, "map": 0.0}
 """Least share of the nominal rate the direct laptop must get (the map: at least one message in
-the window, checked by count; 0.7 for the 455 Mbit/s cloud on a shared 2-core machine)."""
+the window, checked by count). The cloud is 455 Mbit/s; this machine's direct path carries about
+220 Mbit/s of TCP (userspace WireGuard on 2 shared cores, iperf3 in the benchmark), so the direct
+cloud comes at 2-3 Hz here: the check is that it is not held back like the relayed one (0.1-0.3
+Hz) and comes whole."""
 RAW_CLOUD_MAX_HZ = 3.0
 """Above this the raw cloud would not be limited by a 30 Mbit/s uplink (0.66 Hz fill it)."""
+SHAPED_AGE_P99_MS = 2000.0
+"""Bound on a shaped topic's message age p99 at the relayed laptop (the goal is 500 ms:
+docs/bench.md; margin for a busy 2-core machine). The raw cloud's is 7-18 s."""
+SHAPED_CLOUD_MIN_HZ = 1.0
+"""The shaped cloud must come faster than the raw one (0.1-0.2 Hz) or a hand-set throttle (0.3 Hz)."""
 MEASURED: Dict[str, Any] = {}
 
 
@@ -62,6 +72,30 @@ def _rows(res: Dict[str, Any], viewer: str) -> Dict[str, Any]:
     return {n: {k: v for k, v in r.items() if k != "series"} for n, r in got["topics"].items()}
 
 
+def test_shaped_to_relayed_and_full_mix_to_direct(mix):
+    res = mix.measure("shaped", MEASURE_S)
+    relayed, direct = _rows(res, "relayed"), _rows(res, "direct")
+    MEASURED["shaped"] = {"relayed": relayed, "direct": direct, "control": res.get("control")}
+    print(f"shaped, relayed: {json.dumps(relayed)}")
+    print(f"shaped, direct: {json.dumps(direct)}")
+    print(f"Twist: {json.dumps(res.get('control'))}")
+    sizes = mix.published["bytes"]
+    for n in HEAVY:
+        d = direct[n]
+        assert d["no_header"] == 0 and d["count"], f"direct {n}: {d}"
+        assert d["bytes_p50"] == sizes[n], f"direct {n}: message of {d['bytes_p50']} B, published {sizes[n]} B"
+        assert d["rate_hz"] >= DIRECT_SHARE[n] * NOMINAL_HZ[n], f"direct {n} at {d['rate_hz']} Hz: {d}"
+    for n in HEAVY:
+        r = relayed[n]
+        assert r["count"] and r["no_header"] == 0, f"relayed {n}/shaped: nothing with the original header: {r}"
+        assert r["bytes_p50"] < sizes[n], f"relayed {n}/shaped: {r['bytes_p50']} B, not smaller than {sizes[n]} B"
+        assert r["latency_p99_ms"] <= SHAPED_AGE_P99_MS, f"relayed {n}/shaped: message age p99 {r}"
+    assert relayed["points"]["rate_hz"] >= SHAPED_CLOUD_MIN_HZ, f"shaped cloud: {relayed['points']}"
+    assert relayed["camera"]["rate_hz"] >= 5.0, f"the camera over derp beside the shaped mix: {relayed['camera']}"
+    c = res.get("control") or {}
+    assert c.get("received", 0) >= 0.9 * (c.get("sent") or 1), f"Twist round trip: {c}"
+
+
 def test_raw_cloud_is_held_back_by_the_relayed_uplink(mix):
     res = mix.measure("raw", MEASURE_S, direct=False, control=False)
     rows = _rows(res, "relayed")
@@ -71,24 +105,3 @@ def test_raw_cloud_is_held_back_by_the_relayed_uplink(mix):
     assert cloud["no_header"] == 0, cloud
     assert cloud["rate_hz"] < RAW_CLOUD_MAX_HZ, f"a 455 Mbit/s cloud over a 30 Mbit/s uplink at {cloud['rate_hz']} Hz"
     assert cloud["count"] == 0 or cloud["latency_p50_ms"] > 500, f"the raw cloud arrives without queueing: {cloud}"
-
-
-def test_throttled_to_relayed_and_full_mix_to_direct(mix):
-    res = mix.measure("throttle", MEASURE_S)
-    relayed, direct = _rows(res, "relayed"), _rows(res, "direct")
-    MEASURED["throttle"] = {"relayed": relayed, "direct": direct, "control": res.get("control")}
-    print(f"throttle, relayed: {json.dumps(relayed)}")
-    print(f"throttle, direct: {json.dumps(direct)}")
-    print(f"Twist: {json.dumps(res.get('control'))}")
-    sizes = mix.published["bytes"]
-    for n in HEAVY:
-        d = direct[n]
-        assert d["no_header"] == 0 and d["count"], f"direct {n}: {d}"
-        assert d["bytes_p50"] == sizes[n], f"direct {n}: message of {d['bytes_p50']} B, published {sizes[n]} B"
-        assert d["rate_hz"] >= DIRECT_SHARE[n] * NOMINAL_HZ[n], f"direct {n} at {d['rate_hz']} Hz: {d}"
-    for n in ("points", "scan"):
-        r = relayed[n]
-        assert r["count"] and r["bytes_p50"] == sizes[n], f"relayed throttled {n}: {r} (published {sizes[n]} B)"
-    assert relayed["camera"]["rate_hz"] >= 5.0, f"the camera over derp beside the throttled mix: {relayed['camera']}"
-    c = res.get("control") or {}
-    assert c.get("received", 0) >= 0.9 * (c.get("sent") or 1), f"Twist round trip: {c}"

@@ -1,6 +1,6 @@
 """A robot's sensor mix through one relayed 30 Mbit/s uplink (benchmark, not a test).
 
-    bash scripts/bench_mix [--out artifacts] [--seconds 20] [--modes raw,throttle,shaped]
+    bash scripts/bench_mix [--out artifacts] [--seconds 20] [--modes shaped,throttle,raw]
                            [--uplink-mbit 30] [--scene real|synthetic] [--no-direct]
     bash scripts/bench_mix --replot artifacts/bench_mix.json [--out DIR]
 
@@ -10,7 +10,8 @@ Mbit/s) publishes an H.264 camera (the real video scene through the link-aware e
 from a real stereo scene (probe/mix_data.py), and echoes Twist; ops-laptop in another building
 (its link derp) and lab-laptop on the robot's LAN (direct) view the mix at the same time, while
 ops-laptop runs a 50 Hz Twist round trip. One mode after the other (modes of campus/robot_mix.py: raw,
-throttle = topic_tools throttle set by hand, shaped = the robot's topic shaper when it runs);
+throttle = topic_tools throttle set by hand, shaped = the robot's topic shaper, the relayed
+laptop taking ``<topic>/shaped``);
 the direct laptop takes the raw topics in every mode.
 
 Per mode and viewer, per topic (probe/mix_nodes.py ``ages``): rate, message latency p50/p99
@@ -43,6 +44,7 @@ from overlay_manager.lab.campus.robot_mix import (
     NOMINAL_HZ,
     RELAYED,
     ROBOT,
+    SHAPER_PARAMS,
     SPEC,
     THROTTLE_HZ,
     UPLINK_MBIT,
@@ -110,10 +112,6 @@ def run(out_dir: Path, seconds: float, modes: Sequence[str], uplink_mbit: float,
         setup["capacity"] = mix.capacity()
         say(f"TCP robot -> laptop before the mix flows (iperf3 -R, 5 s): {setup['capacity']}")
         for mode in modes:
-            if mode == "shaped" and mix.shaped_topics() is None:
-                errors.append("shaped: the robot runs no topic shaper in this set-up (not measured)")
-                say(errors[-1])
-                continue
             say(f"{mode}: relayed viewer on {RELAYED}, direct viewer on {DIRECT}, Twist 50 Hz, {seconds:g} s")
             try:
                 res = mix.measure(mode, seconds, direct=direct)
@@ -132,7 +130,8 @@ def run(out_dir: Path, seconds: float, modes: Sequence[str], uplink_mbit: float,
     data = {"meta": {"date": time.strftime("%Y-%m-%d %H:%M"), "seconds_per_mode": seconds, "uplink_mbit": uplink_mbit,
                      "cores": os.cpu_count(), "load_start": load_start, "load_end": load_average(),
                      "scene": scene, "published": mix.published, "camera_stream": mix.camera_stream,
-                     "nominal_hz": NOMINAL_HZ, "throttle_hz": THROTTLE_HZ, "robot": ROBOT, "relayed": RELAYED,
+                     "nominal_hz": NOMINAL_HZ, "throttle_hz": THROTTLE_HZ, "shaper_params": SHAPER_PARAMS,
+                     "robot": ROBOT, "relayed": RELAYED,
                      "direct": DIRECT if direct else None, "modes": [m for m in modes if m in results],
                      "goals": GOALS, "setup": setup, "run_seconds": round(time.monotonic() - t_run),
                      "errors": errors},
@@ -199,7 +198,7 @@ def render_markdown(data: Dict[str, Any]) -> str:
                   f"{g['growth_ms']:g} ms; direct viewer: >= {g['direct_rate_share'] * 100:g} % of the nominal rate "
                   "with the published message size. Message age = receive time - header.stamp; newest age = now - "
                   "the newest stamp received, sampled at 20 Hz (a 1 Hz map's is up to 1 s by its rate alone). "
-                  f"Throttle rates (set by hand): {m['throttle_hz']}."]
+                  f"Throttle rates (set by hand): {m['throttle_hz']}. Shaper settings: {m.get('shaper_params')}."]
     for err in m.get("errors") or []:
         lines.append(f"\nNot measured: {err}")
     return "\n".join(lines) + "\n"

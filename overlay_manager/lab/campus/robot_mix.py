@@ -25,7 +25,8 @@ Modes (what the relayed laptop subscribes to; the direct laptop always takes the
     raw       the topics as published
     throttle  topic_tools throttle on the robot, rates set by hand as a user would
               (:data:`THROTTLE_HZ`: on paper 21 Mbit/s with the camera, 70 % of the uplink)
-    shaped    the robot's topic shaper (see :meth:`RobotMix.shaped_topics`), when it runs
+    shaped    the robot's topic shaper (:data:`SHAPER_PARAMS`): the relayed laptop takes
+              ``<topic>/shaped``
 """
 from __future__ import annotations
 
@@ -64,7 +65,20 @@ THROTTLE_HZ = {"points": 0.3, "scan": 10.0, "map": 0.1}
 """topic_tools throttle rates for the relayed laptop, chosen by hand as a user would to fit the
 30 Mbit/s uplink on paper: a 5.69 MB cloud every 3.3 s (13.7 Mbit/s), the 5.69 MB map every 10 s
 (4.6), the 10.3 KB scan at 10 Hz (0.8); with the camera's 2.4 Mbit/s, 21.5 Mbit/s."""
-MODES = ("raw", "throttle", "shaped")
+MODES = ("shaped", "throttle", "raw")
+"""In the order the benchmark runs them: raw last, as it leaves the relayed path's queues full."""
+SHAPER_PARAMS: Dict[str, Any] = {
+    "budget_kbps_derp": 4000, "compression": "zstd", "zstd_level": 1, "max_backlog_ms": 500,
+    "topics": [{"topic": "points", "lossy": "decimate", "max_decimation": 64},
+               {"topic": "scan"}, {"topic": "map"}]}
+"""The robot's topic shaper in mode shaped (topic_shaper.launch params_file; topic names are
+completed with the robot's namespace): 4 Mbit/s per topic for a relayed subscriber, zstd on
+everything, the cloud may be decimated (every 64th point at most) for relayed subscribers, the
+scan and the map lossless."""
+WARMUP_S = 3.0
+"""Seconds a viewer waits after every topic's first message before it measures: what queued on
+the way under the previous mode (or before a shaper's first message) drains first, in every mode
+alike."""
 IPERF_PORT = 5202
 """iperf3's port for :meth:`RobotMix.capacity` (robot.launch's own iperf server has 5201)."""
 
@@ -93,6 +107,7 @@ class RobotMix:
         self.procs: List[subprocess.Popen] = []
         self.encoder: Optional[subprocess.Popen] = None
         self.throttles: List[subprocess.Popen] = []
+        self.shaper: Optional[subprocess.Popen] = None
         self.camera_stream = ""  # the camera topic the viewers take (H.264 when published)
         self.published: Dict[str, Any] = {}
 
@@ -181,10 +196,37 @@ class RobotMix:
             self.throttles.append(self.lab.popen(ROBOT, ["bash", "-c", line], env=robots.ros_env(self.lab, ROBOT),
                                                  log=Path(self.lab.host_dir(ROBOT)) / f"throttle_{name}.log"))
 
-    def shaped_topics(self) -> Optional[Dict[str, str]]:
-        """name -> topic a relayed viewer takes in shaped mode; None while the robot runs no
-        topic shaper (it is not part of this set-up yet)."""
-        return None
+    def start_shaper(self) -> None:
+        """The robot's topic shaper for the heavy topics (``roslaunch overlay_manager
+        topic_shaper.launch params_file:=...``, the settings of :data:`SHAPER_PARAMS`), as a user
+        starts it beside robot.launch; waits until it advertises every ``<topic>/shaped``."""
+        if self.shaper is not None:
+            return
+        import yaml
+
+        params = dict(SHAPER_PARAMS)
+        params["topics"] = [dict(e, topic=topic(e["topic"])) for e in SHAPER_PARAMS["topics"]]
+        path = Path(self.lab.host_dir(ROBOT)) / "shaping.yaml"
+        path.write_text(yaml.safe_dump(params, sort_keys=False))
+        line = (f"{robots.overlay_env_line(self.lab, ROBOT)} && exec roslaunch overlay_manager topic_shaper.launch "
+                f"params_file:={shlex.quote(str(path))} overlay_node:={shlex.quote(overlay_node(ROBOT))}")
+        self.shaper = self.lab.popen(ROBOT, ["bash", "-c", line], env=robots.ros_env(self.lab, ROBOT),
+                                     log=Path(self.lab.host_dir(ROBOT)) / "topic_shaper.log")
+        args = ["topics", "--timeout", "60"]
+        for n in HEAVY:
+            args += ["--wait-for", f"{topic(n)}/shaped"]
+        missing = robots.run_probe(self.lab, RELAYED, args, timeout=90).get("missing")
+        if missing:
+            raise LabError(f"the topic shaper on {ROBOT} does not advertise {missing} after 60 s; its log "
+                           f"{Path(self.lab.host_dir(ROBOT)) / 'topic_shaper.log'}: "
+                           f"{tail(Path(self.lab.host_dir(ROBOT)) / 'topic_shaper.log', 8)}")
+
+    def shaped_topics(self) -> Dict[str, str]:
+        """name -> ``<topic>/shaped`` (overlay_manager/ShapedMessage, whose header is the
+        original's: the viewer's ages are those of the original messages), with the shaper
+        running."""
+        self.start_shaper()
+        return {n: f"{topic(n)}/shaped" for n in HEAVY}
 
     def relayed_topics(self, mode: str) -> Dict[str, str]:
         """name -> topic the relayed laptop subscribes to in ``mode``."""
@@ -195,10 +237,7 @@ class RobotMix:
             self.start_throttles()
             out.update({n: throttled(n) for n in HEAVY})
         elif mode == "shaped":
-            shaped = self.shaped_topics()
-            if shaped is None:
-                raise LabError("shaped mode: the robot runs no topic shaper in this set-up")
-            out.update(shaped)
+            out.update(self.shaped_topics())
         else:
             raise ValueError(f"mode {mode!r}: one of {', '.join(MODES)}")
         return out
@@ -207,16 +246,17 @@ class RobotMix:
         """name -> topic the direct laptop subscribes to (the raw mix and the camera stream)."""
         return {"camera": self.camera_stream, **{n: topic(n) for n in HEAVY}}
 
-    def ages(self, host: str, topics: Dict[str, str], seconds: float, timeout: float = 40.0) -> Dict[str, Any]:
+    def ages(self, host: str, topics: Dict[str, str], seconds: float, timeout: float = 40.0,
+             warmup: float = WARMUP_S) -> Dict[str, Any]:
         """``mix_nodes ages`` on ``host`` for ``topics`` (name -> topic): {name: report}, the
         probe's window and ``missing`` names."""
-        args = ["ages", "--seconds", f"{seconds:g}", "--timeout", f"{timeout:g}"]
+        args = ["ages", "--seconds", f"{seconds:g}", "--timeout", f"{timeout:g}", "--warmup", f"{warmup:g}"]
         for t in topics.values():
             args += ["--topic", t]
         inner = (f"{robots.overlay_env_line(self.lab, host)} && exec /usr/bin/python3 "
                  "-m overlay_manager.lab.probe.mix_nodes " + " ".join(shlex.quote(a) for a in args))
         res = self.lab.exec(host, ["bash", "-c", inner], env=robots.ros_env(self.lab, host),
-                            timeout=seconds + timeout + 60, check=False, quiet=True)
+                            timeout=seconds + timeout + warmup + 60, check=False, quiet=True)
         data = robots.json_result(res, f"mix_nodes ages on {host}")
         by_topic = data["topics"]
         return {"topics": {name: by_topic[t] for name, t in topics.items()}, "t_start": data["t_start"],
@@ -243,7 +283,7 @@ class RobotMix:
                                                                                       seconds))))
         if control:
             def twist() -> Dict[str, Any]:
-                time.sleep(3.0)  # the viewers subscribe first: the round trip is measured under the load
+                time.sleep(3.0 + WARMUP_S)  # the viewers subscribe first: the round trip is measured under the load
                 res = robots.run_probe(self.lab, RELAYED, ["control", "--out", f"/{n}/cmd_vel", "--echo",
                                                            f"/{n}/cmd_vel_echo", "--rate", "50", "--seconds",
                                                            f"{max(2.0, seconds - 2.0):g}"], timeout=seconds + 90)
@@ -257,7 +297,7 @@ class RobotMix:
 
     def stop(self) -> None:
         """Stop everything started here (by pid) and lift the uplink limit."""
-        for p in self.throttles:
+        for p in self.throttles + ([self.shaper] if self.shaper is not None else []):
             robots.stop(self.lab, p)
         if self.encoder is not None:
             robots.stop(self.lab, self.encoder)

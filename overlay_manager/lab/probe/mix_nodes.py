@@ -3,7 +3,7 @@
     python3 -m overlay_manager.lab.probe.mix_nodes publish [--ns /robot] [--scene real|synthetic]
         [--cloud-hz 10] [--scan-hz 40] [--grid-hz 1] [--stride 2] [--tiles 2]
     python3 -m overlay_manager.lab.probe.mix_nodes ages --topic T [--topic T ...] [--seconds 10]
-        [--timeout 30] [--sample-hz 20]
+        [--timeout 30] [--sample-hz 20] [--warmup 0]
 
 ``publish``: the data of mix_data.py (real scene by default) on ``<ns>/points``
 (sensor_msgs/PointCloud2, frame ``camera_optical``), ``<ns>/scan`` (sensor_msgs/LaserScan,
@@ -17,8 +17,9 @@ publishes.
 
 ``ages``: subscribes to every ``--topic`` with rospy.AnyMsg (any type; the payload is not
 deserialized) and reads header.seq and header.stamp from the first 12 bytes (every type whose
-first field is a std_msgs/Header: clouds, scans, grids, images). Measured from the moment every
-topic delivered its first message (or ``--timeout``) for ``--seconds``; per topic:
+first field is a std_msgs/Header: clouds, scans, grids, images). Measured from ``--warmup``
+seconds after every topic delivered its first message (or ``--timeout`` passed) for
+``--seconds``; per topic:
 
     count, rate_hz                messages received in the window, and per second
     latency_p50/p99/max_ms        receive time - header.stamp of each message
@@ -227,7 +228,8 @@ def slope(xs: Sequence[float], ys: Sequence[float]) -> Optional[float]:
     return round(sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sxx, 2)
 
 
-def ages(topics: Sequence[str], seconds: float, timeout: float, sample_hz: float) -> Dict[str, Any]:
+def ages(topics: Sequence[str], seconds: float, timeout: float, sample_hz: float,
+         warmup: float = 0.0) -> Dict[str, Any]:
     """The ``ages`` command (see the module doc); returns the JSON document."""
     import rospy
 
@@ -262,6 +264,7 @@ def ages(topics: Sequence[str], seconds: float, timeout: float, sample_hz: float
             if all(t in first for t in topics):
                 break
         time.sleep(0.05)
+    time.sleep(warmup)  # what queued on the way before this subscription drains first
     t0 = time.monotonic()
     samples: Dict[str, List[List[float]]] = {t: [] for t in topics}
     period = 1.0 / sample_hz
@@ -308,12 +311,13 @@ def main(argv: Optional[List[str]] = None) -> int:
     a.add_argument("--seconds", type=float, default=10.0)
     a.add_argument("--timeout", type=float, default=30.0, help="for every topic's first message")
     a.add_argument("--sample-hz", type=float, default=20.0)
+    a.add_argument("--warmup", type=float, default=0.0, help="seconds from every topic's first message to the window")
     args = ap.parse_args(argv)
     if args.cmd == "publish":
         publish(args.ns, args.scene, {"points": args.cloud_hz, "scan": args.scan_hz, "map": args.grid_hz},
                 args.stride, args.tiles)
         return 0
-    _out(ages(args.topic, args.seconds, args.timeout, args.sample_hz))
+    _out(ages(args.topic, args.seconds, args.timeout, args.sample_hz, args.warmup))
     return 0
 
 
