@@ -75,6 +75,9 @@ SHAPER_PARAMS: Dict[str, Any] = {
 completed with the robot's namespace): 4 Mbit/s per topic for a relayed subscriber, zstd on
 everything, the cloud may be decimated (every 64th point at most) for relayed subscribers, the
 scan and the map lossless."""
+CAMERA_WAIT_S = 60.0
+"""How long the set-up waits for the encoder's H.264 topic (seconds; 8 s was too short on a
+machine at load 15)."""
 WARMUP_S = 3.0
 """Seconds a viewer waits after every topic's first message before it measures: what queued on
 the way under the previous mode (or before a shaper's first message) drains first, in every mode
@@ -133,8 +136,12 @@ class RobotMix:
         camera_streams.encoder_pids(self.encoder)
         self.wait_paths()
         times["paths_s"] = round(time.monotonic() - t0, 1)
-        found = camera_streams.detect_streams(lab, RELAYED, topic("camera"))
-        self.camera_stream = found.get("h264") or found.get("jpeg") or topic("camera")
+        found = camera_streams.detect_streams(lab, RELAYED, topic("camera"), wait_s=CAMERA_WAIT_S)
+        if "h264" not in found:  # the raw picture (221 Mbit/s) would swamp every path it crosses
+            log = Path(lab.host_dir(ROBOT)) / "encoder.log"
+            raise LabError(f"the link-aware encoder on {ROBOT} does not publish {topic('camera')}/link_aware_h264 "
+                           f"after {CAMERA_WAIT_S:g} s (published: {found}); its log {log}: {tail(log, 8)}")
+        self.camera_stream = found["h264"]
         self.published = self.wait_mix()
         times["ready_s"] = round(time.monotonic() - t0, 1)
         self.say(f"camera stream {self.camera_stream}; mix {self.published}; {times}")
