@@ -115,6 +115,34 @@ bool ZstdCodec::decompress(const uint8_t* data, size_t size, size_t expected_siz
   return true;
 }
 
+void shuffleBytes(const uint8_t* in, size_t size, uint32_t stride, uint8_t* out)
+{
+  if (stride < 2)
+  {
+    std::memcpy(out, in, size);
+    return;
+  }
+  const size_t n = size / stride;
+  for (size_t e = 0; e < n; ++e)
+    for (uint32_t b = 0; b < stride; ++b)
+      out[b * n + e] = in[e * stride + b];
+  std::memcpy(out + n * stride, in + n * stride, size - n * stride);
+}
+
+void unshuffleBytes(const uint8_t* in, size_t size, uint32_t stride, uint8_t* out)
+{
+  if (stride < 2)
+  {
+    std::memcpy(out, in, size);
+    return;
+  }
+  const size_t n = size / stride;
+  for (size_t e = 0; e < n; ++e)
+    for (uint32_t b = 0; b < stride; ++b)
+      out[e * stride + b] = in[b * n + e];
+  std::memcpy(out + n * stride, in + n * stride, size - n * stride);
+}
+
 size_t pointFieldSize(uint8_t datatype)
 {
   switch (datatype)
@@ -312,6 +340,16 @@ double ShapingPolicy::budgetFor(const SubscriberView& sub) const
 void ShapingPolicy::setSubscribers(const std::vector<SubscriberView>& subs)
 {
   subs_ = subs;
+  explicit_budget_ = false;
+  decide();
+}
+
+void ShapingPolicy::setBudgetKbps(double budget_kbps, const std::string& limited_by)
+{
+  explicit_budget_ = true;
+  subs_.clear();
+  budget_kbps_ = budget_kbps > 0.0 ? budget_kbps : std::numeric_limits<double>::infinity();
+  limited_by_ = limited_by;
   decide();
 }
 
@@ -332,7 +370,13 @@ void ShapingPolicy::decide()
   ShapingDecision d;
   const double max_rate = params_.max_rate_hz > 0.0 ? params_.max_rate_hz : std::numeric_limits<double>::infinity();
   d.rate_hz = max_rate;
-  if (subs_.empty())
+  if (explicit_budget_)
+  {
+    d.budget_kbps = budget_kbps_;
+    d.limited_by = limited_by_;
+    d.reason = "budget";
+  }
+  else if (subs_.empty())
   {
     d.reason = "no subscribers";
     decision_ = d;

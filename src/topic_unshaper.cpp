@@ -7,6 +7,9 @@
 // Topics
 //   in        in   overlay_manager/ShapedMessage (a robot's <topic>/shaped)
 //   in/type   in   overlay_manager/ShapedType (latched): the original type and definition
+//   in/tiers  in   overlay_manager/TierDirectory (latched): the tier this node should read; the
+//                  data subscription moves to it (in, or in/full for a path without a budget:
+//                  the message as published, no decompression)
 //   out       out  the original type (advertised once the type is known; a publisher whose type
 //                  changes is refused with one error, the first type stays)
 //
@@ -24,6 +27,7 @@
 #include <nodelet/nodelet.h>
 #include <overlay_manager/ShapedMessage.h>
 #include <overlay_manager/ShapedType.h>
+#include <overlay_manager/TierDirectory.h>
 #include <pluginlib/class_list_macros.hpp>
 #include <ros/ros.h>
 #include <topic_tools/shape_shifter.h>
@@ -58,8 +62,11 @@ private:
     in_topic_ = nh.resolveName("in");
     out_topic_ = nh.resolveName("out");
     log_.reset(new ProblemLog(in_topic_));
+    queue_ = std::max(1, queue);
     type_sub_ = nh.subscribe(in_topic_ + "/type", 1, &TopicUnshaper::onType, this);
-    sub_ = nh.subscribe(in_topic_, std::max(1, queue), &TopicUnshaper::onShaped, this);
+    tiers_sub_ = nh.subscribe(in_topic_ + "/tiers", 1, &TopicUnshaper::onTiers, this);
+    reading_ = in_topic_;
+    sub_ = nh.subscribe(reading_, queue_, &TopicUnshaper::onShaped, this);
     NODELET_INFO("unshaping %s -> %s (type from %s/type)", in_topic_.c_str(), out_topic_.c_str(), in_topic_.c_str());
   }
 
@@ -82,6 +89,30 @@ private:
     shifter_.morph(t->md5sum, t->type, t->definition, "false");
     pub_ = shifter_.advertise(getNodeHandle(), out_topic_, 1);
     NODELET_INFO("%s: advertising %s as %s", in_topic_.c_str(), out_topic_.c_str(), t->type.c_str());
+  }
+
+  /// The shaper's directory: read the tier it names for this node (only this topic's own tiers).
+  void onTiers(const TierDirectoryConstPtr& d)
+  {
+    for (const TierEntry& e : d->entries)
+    {
+      if (e.node != ros::this_node::getName())
+        continue;
+      if (e.topic != in_topic_ && e.topic != in_topic_ + "/full")
+      {
+        log_->report(ros::console::levels::Warn, "foreign tier",
+                     "ignores a tier directory entry pointing outside " + in_topic_ + ": " + e.topic.substr(0, 256));
+        return;
+      }
+      if (e.topic != reading_)
+      {
+        NODELET_INFO("%s: path %s: reading tier '%s' on %s", in_topic_.c_str(), e.path.c_str(), e.tier.c_str(),
+                     e.topic.c_str());
+        reading_ = e.topic;
+        sub_ = getNodeHandle().subscribe(reading_, queue_, &TopicUnshaper::onShaped, this);
+      }
+      return;
+    }
   }
 
   void onShaped(const ShapedMessageConstPtr& m)
@@ -108,6 +139,18 @@ private:
         return;
       }
       bytes = &buffer_;
+      if (m->shuffle >= 2)
+      {
+        if (m->shuffle > 4096)
+        {
+          log_->report(ros::console::levels::Error, "shuffle", "drops a message with shuffle stride " +
+                                                                   std::to_string(m->shuffle) + " (over 4096)");
+          return;
+        }
+        unshuffled_.resize(buffer_.size());
+        shaping::unshuffleBytes(buffer_.data(), buffer_.size(), m->shuffle, unshuffled_.data());
+        bytes = &unshuffled_;
+      }
     }
     else if (m->encoding != ShapedMessage::ENCODING_RAW)
     {
@@ -138,12 +181,14 @@ private:
   size_t max_bytes_ = shaping::kDefaultMaxMessageBytes;
   std::string in_topic_, out_topic_;
   std::unique_ptr<ProblemLog> log_;
-  ros::Subscriber sub_, type_sub_;
+  ros::Subscriber sub_, type_sub_, tiers_sub_;
+  std::string reading_;  ///< the tier topic subscribed to now
+  int queue_ = 1;
   ros::Publisher pub_;
   ShapedTypeConstPtr type_;
   topic_tools::ShapeShifter shifter_;
   shaping::ZstdCodec zstd_;
-  std::vector<uint8_t> buffer_;
+  std::vector<uint8_t> buffer_, unshuffled_;
 };
 
 }  // namespace overlay_manager

@@ -141,6 +141,30 @@ TEST(Zstd, BombIsRefusedBeforeAllocation)
   EXPECT_EQ(back.capacity(), 0u) << "nothing allocated for it";
 }
 
+TEST(Shuffle, RoundTripsAnySizeAndStride)
+{
+  std::vector<uint8_t> in(1000 * 16 + 7);
+  for (size_t i = 0; i < in.size(); ++i)
+    in[i] = static_cast<uint8_t>(i * 31 + 7);
+  for (uint32_t stride : { 0u, 1u, 2u, 4u, 16u, 32u, 4096u, 100000u })
+  {
+    std::vector<uint8_t> mid(in.size()), back(in.size());
+    shuffleBytes(in.data(), in.size(), stride, mid.data());
+    unshuffleBytes(mid.data(), mid.size(), stride, back.data());
+    EXPECT_EQ(back, in) << "stride " << stride;
+  }
+  // a cloud's bytes grouped by their place in the point compress better
+  const CloudLayout l = cloudLayout(320, 240);
+  const std::vector<uint8_t> raw = cloudData(l);
+  std::vector<uint8_t> mid(raw.size()), plain, shuffled;
+  shuffleBytes(raw.data(), raw.size(), 16, mid.data());
+  ZstdCodec codec;
+  std::string error;
+  ASSERT_TRUE(codec.compress(raw.data(), raw.size(), 1, &plain, &error));
+  ASSERT_TRUE(codec.compress(mid.data(), mid.size(), 1, &shuffled, &error));
+  EXPECT_LT(shuffled.size(), plain.size());
+}
+
 TEST(Cloud, CheckRefusesLyingLayouts)
 {
   CloudLayout l = cloudLayout(100, 10);
@@ -293,6 +317,21 @@ TEST(Policy, LossyOnlyWhereAllowedAndOnlyForClouds)
   EXPECT_DOUBLE_EQ(vox.decision().rate_hz, 2.0);
   vox.onMessageSent(100000, 1, true, true);  // voxel clouds of 100 kB: 5 Hz
   EXPECT_NEAR(vox.decision().rate_hz, 5.0, 1e-6);
+}
+
+TEST(Policy, BudgetFromTheCoreDrivesTheReduction)
+{
+  ShapingParams p;
+  p.lossy = Lossy::kDecimate;
+  p.lossy_below_hz = 2.0;
+  ShapingPolicy policy(p);
+  policy.setBudgetKbps(4000.0, "far");  // 500 kB/s
+  policy.onMessageSent(2500000, 1, false, true);
+  EXPECT_EQ(policy.decision().decimation, 10u);
+  EXPECT_EQ(policy.decision().limited_by, "far");
+  policy.setBudgetKbps(std::numeric_limits<double>::infinity(), "");
+  EXPECT_EQ(policy.decision().decimation, 1u) << "no budget: full content";
+  EXPECT_EQ(policy.decision().reason, "no budget");
 }
 
 TEST(Gate, LatestWinsNeverQueues)

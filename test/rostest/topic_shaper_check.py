@@ -80,7 +80,7 @@ class TopicShaper(unittest.TestCase):
         cls.peers_pub.publish(peers_msg(Peer.PATH_DERP))
         cls.cloud_pub = rospy.Publisher("/points", PointCloud2, queue_size=1)
         cls.scan_pub = rospy.Publisher("/scan", LaserScan, queue_size=1)
-        for topic in ("/points/shaped/stream_state", "/scan/shaped/stream_state"):
+        for topic in ("/points/shaped/stream_state", "/points/shaped/full/stream_state", "/scan/shaped/stream_state"):
             rospy.Subscriber(topic, StreamState, cls._on_state, callback_args=topic)
         rospy.Subscriber("/points_view", PointCloud2, cls._on_cloud, queue_size=1)
         rospy.Subscriber("/scan_view", LaserScan, cls._on_scan, queue_size=10)
@@ -155,9 +155,10 @@ class TopicShaper(unittest.TestCase):
                       timeout=30.0)
         self.assertEqual(st.input_topic, "/points")
         self.assertEqual(st.codec, "zstd")
+        self.assertEqual(st.tier, "fitted")
         self.assertAlmostEqual(st.budget_kbps, BUDGET_DERP_KBPS)
         self.assertEqual(st.limited_by, "laptop")
-        self.assertIn("lossy", st.reason)
+        self.assertEqual(st.reason, "path derp")
         # measured over 4 s once decimated clouds arrive (the first, whole cloud is behind us)
         wait_for("a decimated cloud on /points_view", lambda: any(
             c.width * c.height < WIDTH * HEIGHT for c in self.clouds_since(0.0)), timeout=20.0)
@@ -203,16 +204,27 @@ class TopicShaper(unittest.TestCase):
         self.assertEqual([s.path for s in st.subscribers], [Peer.PATH_DERP])
 
     def test_3_direct_path_gets_the_whole_cloud(self):
+        """On a direct path the shaper's directory sends unshape to the full tier: the cloud as published."""
         self.peers_pub.publish(peers_msg(Peer.PATH_DIRECT))
         try:
             t0 = time.monotonic()
             wait_for("a whole cloud on /points_view after the path turned direct", lambda: any(
                 c.width * c.height == WIDTH * HEIGHT for c in self.clouds_since(t0)), timeout=20.0)
-            st = wait_for("stream_state: no budget", lambda: (
-                lambda s: s if s and s.reason == "no budget" else None)(self.state("/points/shaped/stream_state")))
-            self.assertEqual(st.subscribers[0].path, Peer.PATH_DIRECT)
+
+            def full_tier_state():
+                st = self.state("/points/shaped/full/stream_state")
+                return st if st and st.format and any(s.node == "/points_unshape" and s.path == Peer.PATH_DIRECT
+                                                      for s in st.subscribers) else None
+            st = wait_for("the full tier's stream_state with points_unshape on a direct path", full_tier_state)
+            self.assertEqual(st.tier, "full")
+            self.assertEqual(st.reason, "no budget")
+            self.assertIn("; raw;", st.format)
         finally:
             self.peers_pub.publish(peers_msg(Peer.PATH_DERP))
+        wait_for("points_unshape back on the fitted tier (derp)", lambda: any(
+            c.width * c.height < WIDTH * HEIGHT for c in self.clouds_since(time.monotonic())) or (
+            lambda st: st and any(s.node == "/points_unshape" and s.path == Peer.PATH_DERP for s in st.subscribers))(
+            self.state("/points/shaped/stream_state")), timeout=20.0)
 
     def test_4_hostile_messages_are_dropped_and_unshape_survives(self):
         type_pub = rospy.Publisher("/evil/shaped/type", ShapedType, queue_size=1, latch=True)
