@@ -112,13 +112,15 @@ def run(out_dir: Path, seconds: float, modes: Sequence[str], uplink_mbit: float,
         setup["capacity"] = mix.capacity()
         say(f"TCP robot -> laptop before the mix flows (iperf3 -R, 5 s): {setup['capacity']}")
         for mode in modes:
-            say(f"{mode}: relayed viewer on {RELAYED}, direct viewer on {DIRECT}, Twist 50 Hz, {seconds:g} s")
+            say(f"{mode}: relayed viewer on {RELAYED}, " + (f"direct viewer on {DIRECT}, " if direct else "")
+                + f"Twist 50 Hz, {seconds:g} s")
             try:
                 res = mix.measure(mode, seconds, direct=direct)
                 res["load"] = load_average()
                 results[mode] = res
                 say(f"  {mode}: relayed {goal_rows(res.get('relayed') or {}, NAMES)}")
-                say(f"  {mode}: direct {goal_rows(res.get('direct') or {}, NAMES)}")
+                if direct:
+                    say(f"  {mode}: direct {goal_rows(res.get('direct') or {}, NAMES)}")
                 say(f"  {mode}: Twist {res.get('control')}; goals {goal_check(res, mix.published)}")
             except LabError as exc:
                 errors.append(f"{mode}: {exc}")
@@ -157,8 +159,9 @@ def render_markdown(data: Dict[str, Any]) -> str:
              f"points {m['nominal_hz']['points']:g} Hz ({_f(sizes.get('points'))} B), scan "
              f"{m['nominal_hz']['scan']:g} Hz ({_f(sizes.get('scan'))} B), map {m['nominal_hz']['map']:g} Hz "
              f"({_f(sizes.get('map'))} B) from {pub.get('source', m['scene'])}; {m['relayed']} relayed through DERP "
-             f"over one {m['uplink_mbit']:g} Mbit/s uplink (tbf), {m.get('direct') or 'no direct viewer'} direct on "
-             f"the robot's LAN; Twist 50 Hz from {m['relayed']}; {m['seconds_per_mode']:g} s per mode; "
+             f"over one {m['uplink_mbit']:g} Mbit/s uplink (tbf), "
+             + (f"{m['direct']} direct on the robot's LAN" if m.get("direct") else "no direct viewer") + "; "
+             f"Twist 50 Hz from {m['relayed']}; {m['seconds_per_mode']:g} s per mode; "
              f"{m['cores']} cores, load average {m['load_start']} at the start, {m['load_end']} at the end "
              f"(a shared machine). TCP from the robot before the mix flows (iperf3, 5 s): "
              + (", ".join(f"{h} {v.get('tcp_mbps', v.get('error'))} Mbit/s"
