@@ -14,8 +14,8 @@ real relayed or direct viewer:
 
 Per mode, after a warm-up: the shaper's CPU (utime + stime from /proc, in % of one core), its
 resident memory (VmRSS) sampled every second (first, last, largest, slope in MB per minute), and
-what the viewer got (rate, latency, newest-message age, bytes). Writes ``<out>/bench_shaper.json``
-and prints one line per mode. Processes are started and stopped by pid.
+what the viewer got (rate, latency, newest-message age, bytes) and each tier's stream_state.
+Writes ``<out>/bench_shaper.json`` and prints one line per mode. Processes are started and stopped by pid.
 """
 from __future__ import annotations
 
@@ -124,8 +124,18 @@ def run_mode(name: str, seconds: float, env: Dict[str, str], out: Path) -> Dict[
         got_text, _ = ages.communicate(timeout=seconds + 120)
         got = json.loads(got_text.strip().splitlines()[-1]) if got_text.strip() else {}
         view = (got.get("topics") or {}).get(f"{CLOUD}_view", got)
-        state = subprocess.run(["rostopic", "echo", "-n1", f"{CLOUD}/shaped/stream_state"], env=robot,
-                               capture_output=True, text=True, timeout=30).stdout
+        # each tier's stream_state (the viewer reads the full tier on a direct path)
+        states = {}
+        for tier, topic in (("fitted", f"{CLOUD}/shaped"), ("full", f"{CLOUD}/shaped/full")):
+            try:
+                text = subprocess.run(["rostopic", "echo", "-n1", f"{topic}/stream_state"], env=robot,
+                                      capture_output=True, text=True, timeout=10).stdout
+            except subprocess.TimeoutExpired:
+                text = ""  # that tier never published a state
+            states[tier] = {k.strip(): v.strip().strip('"') for k, _, v in
+                            (line.partition(":") for line in text.splitlines()[:40])
+                            if k.strip() in ("format", "rate_hz", "output_rate_hz", "bitrate_kbps", "frame_bytes",
+                                             "encode_ms", "reason")}
         return {
             "mode": name, "path": mode["path"], "seconds": round(time.monotonic() - t0, 1),
             "cpu_percent_of_core": round(cpu, 2),
@@ -133,10 +143,7 @@ def run_mode(name: str, seconds: float, env: Dict[str, str], out: Path) -> Dict[
                        "slope_mb_per_min": round(slope_per_min(ts, rss), 3)},
             "viewer": {k: view.get(k) for k in ("rate_hz", "latency_p50_ms", "latency_p99_ms", "age_p99_ms",
                                                 "bytes_p50", "kbps")},
-            "stream_state": {k.strip(): v.strip().strip('"') for k, _, v in
-                             (line.partition(":") for line in state.splitlines()[:30])
-                             if k.strip() in ("format", "rate_hz", "output_rate_hz", "bitrate_kbps", "frame_bytes",
-                                              "encode_ms", "reason")},
+            "stream_state": states,
         }
     finally:
         for p in reversed(procs):
