@@ -13,7 +13,8 @@ real relayed or direct viewer:
     direct          no budget: every cloud compressed, the heaviest case
 
 Per mode, after a warm-up: the shaper's CPU (utime + stime from /proc, in % of one core), its
-resident memory (VmRSS) sampled every second (first, last, largest, slope in MB per minute), and
+resident memory (VmRSS) sampled every second (first, last, largest, slope in MB per minute, every
+10th sample as a series), and
 what the viewer got (rate, latency, newest-message age, bytes) and each tier's stream_state.
 Writes ``<out>/bench_shaper.json`` and prints one line per mode. Processes are started and stopped by pid.
 """
@@ -140,7 +141,8 @@ def run_mode(name: str, seconds: float, env: Dict[str, str], out: Path) -> Dict[
             "mode": name, "path": mode["path"], "seconds": round(time.monotonic() - t0, 1),
             "cpu_percent_of_core": round(cpu, 2),
             "rss_mb": {"first": round(rss[0], 1), "last": round(rss[-1], 1), "max": round(max(rss), 1),
-                       "slope_mb_per_min": round(slope_per_min(ts, rss), 3)},
+                       "slope_mb_per_min": round(slope_per_min(ts, rss), 3),
+                       "series": [[round(t, 1), round(m, 1)] for t, m in zip(ts, rss)][::10]},
             "viewer": {k: view.get(k) for k in ("rate_hz", "latency_p50_ms", "latency_p99_ms", "age_p99_ms",
                                                 "bytes_p50", "kbps")},
             "stream_state": states,
