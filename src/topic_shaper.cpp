@@ -228,10 +228,17 @@ public:
       has_header_ = startsWithHeader(in.getMessageDefinition());
     }
     const uint32_t size = in.size();
+    const bool budgeted = !std::isinf(a.decision.budget_kbps);
+    if (!budgeted || !options_.shaping.compress)
+    {
+      if (!budgeted)
+        policy_.setBudgetKbps(a.decision.budget_kbps, a.decision.limited_by);
+      if (!budgeted || !(cloudReducible(type)))
+        return passThrough(in, type, size, report);
+    }
     bytes_.resize(size);
     ros::serialization::OStream os(bytes_.data(), size);
     in.write(os);
-    const bool budgeted = !std::isinf(a.decision.budget_kbps);
     const bool cloud = type == kCloudType;
     policy_.setBudgetKbps(a.decision.budget_kbps, a.decision.limited_by);
     const shaping::ShapingDecision d = policy_.decision();
@@ -293,6 +300,33 @@ public:
   }
 
 private:
+  /// Whether messages of `type` may be reduced under this topic's settings.
+  bool cloudReducible(const std::string& type) const
+  {
+    return type == kCloudType && options_.shaping.lossy != shaping::Lossy::kNone;
+  }
+
+  /// The message as it is (encoding raw), serialized straight into the outgoing message: one copy.
+  boost::shared_ptr<ShapedMessage> passThrough(const topic_tools::ShapeShifter& in, const std::string& type,
+                                               uint32_t size, SentReport* report)
+  {
+    boost::shared_ptr<ShapedMessage> out(new ShapedMessage);
+    out->data.resize(size);
+    ros::serialization::OStream os(out->data.data(), size);
+    in.write(os);
+    if (!has_header_ || !readHeader(out->data.data(), out->data.size(), &out->header))
+      out->header.stamp = ros::Time::now();
+    out->type = type;
+    out->md5sum = in.getMD5Sum();
+    out->encoding = ShapedMessage::ENCODING_RAW;
+    out->raw_size = size;
+    out->original_size = size;
+    policy_.onMessageSent(size, 1, false, type == kCloudType);
+    report->bytes = size;
+    report->format = type + "; raw; 1:1";
+    return out;
+  }
+
   /// point_step of the serialized PointCloud2 in `b` (0 when it cannot be read).
   static uint32_t pointStepOf(const std::vector<uint8_t>& b)
   {
