@@ -80,6 +80,7 @@ private:
   {
     std::string topic;
     LinkAwareStream* stream = nullptr;  ///< the stream it carries
+    std::string tier;                   ///< the tier of the stream it carries
     ros::Publisher pub;                 ///< empty when not advertised (yielded to another node)
     bool yielded = false;               ///< another node publishes the topic: never advertised again
   };
@@ -120,22 +121,19 @@ private:
     }
     jpeg_stream_.reset(new LinkAwareStream(nh, main_topic, in_topic_, jpeg_options));
     jpeg_stream_->setParamNamespace(jpeg_params.getNamespace());
-    outputs_.push_back(Output());
-    outputs_.back().topic = main_topic;
-    outputs_.back().stream = jpeg_stream_.get();
+    addOutputs(jpeg_stream_.get());  // outputs_[0]: main_topic, the JPEG stream's base tier
     if (pnh.param("h264", true))
     {
       h264_stream_.reset(new LinkAwareStream(nh, in_topic_ + "/link_aware_h264", in_topic_, h264_options));
       h264_stream_->setParamNamespace(h264_params.getNamespace());
-      outputs_.push_back(Output());
-      outputs_.back().topic = h264_stream_->topic();
-      outputs_.back().stream = h264_stream_.get();
+      addOutputs(h264_stream_.get());
     }
     if (pnh.param("compressed", true))
     {
       outputs_.push_back(Output());
       outputs_.back().topic = in_topic_ + "/compressed";
       outputs_.back().stream = jpeg_stream_.get();
+      outputs_.back().tier = jpeg_stream_->tierNames().front();
       jpeg_stream_->setOtherTopics({outputs_.back().topic});
     }
     {
@@ -152,6 +150,18 @@ private:
     for (const Output& o : outputs_)
       topics += " " + o.topic;
     NODELET_INFO("link-aware %s: %s ->%s", jpeg_options.format.c_str(), in_topic_.c_str(), topics.c_str());
+  }
+
+  /// One output per tier of `stream`, its base tier first.
+  void addOutputs(LinkAwareStream* stream)
+  {
+    for (const std::string& tier : stream->tierNames())
+    {
+      outputs_.push_back(Output());
+      outputs_.back().topic = stream->topicOf(tier);
+      outputs_.back().stream = stream;
+      outputs_.back().tier = tier;
+    }
   }
 
   // ---- control threads (and onInit) ---------------------------------------------------------
@@ -212,8 +222,14 @@ private:
                    o.topic.c_str(), other.c_str(), had ? "stopped publishing it" : "not publishing it",
                    outputs_[0].topic.c_str());
       if (o.stream == h264_stream_.get())
+      {
+        for (Output& each : outputs_)  // the H.264 stream's other tiers go with it
+          if (each.stream == h264_stream_.get())
+            unadvertise(each);
         h264_stream_->stop();
-      else
+      }
+      else if (o.stream == jpeg_stream_.get() && o.topic != jpeg_stream_->topic() &&
+               o.topic != jpeg_stream_->topicOf(o.tier))
         jpeg_stream_->setOtherTopics({});
     }
   }
@@ -221,11 +237,12 @@ private:
   void advertise(Output& o)
   {
     LinkAwareStream* stream = o.stream;
-    ros::SubscriberStatusCallback on_connect = [stream](const ros::SingleSubscriberPublisher& ssp) {
-      stream->subscriberConnected(ssp.getSubscriberName());
+    const std::string tier = o.tier;
+    ros::SubscriberStatusCallback on_connect = [stream, tier](const ros::SingleSubscriberPublisher& ssp) {
+      stream->subscriberConnected(tier, ssp.getSubscriberName());
     };
-    ros::SubscriberStatusCallback on_disconnect = [stream](const ros::SingleSubscriberPublisher& ssp) {
-      stream->subscriberDisconnected(ssp.getSubscriberName());
+    ros::SubscriberStatusCallback on_disconnect = [stream, tier](const ros::SingleSubscriberPublisher& ssp) {
+      stream->subscriberDisconnected(tier, ssp.getSubscriberName());
     };
     // h264: a queue of a second of video (roscpp drops the oldest message of a full queue, which
     // would break the decoders' reference chain; the stream stops encoding long before)
@@ -280,46 +297,26 @@ private:
 
   // ---- frame thread ---------------------------------------------------------------------------
 
+  /// The one loop per stream (LinkAwareStream::offer): every tier with subscribers encodes the
+  /// frame when due, and it goes out on that tier's outputs.
   void onImage(const sensor_msgs::ImageConstPtr& img)
   {
     const std::vector<Output> outputs = copyOutputs();
-    bool jpeg_wanted = false, h264_wanted = false;
-    for (const Output& o : outputs)
-      if (o.pub && o.pub.getNumSubscribers() > 0)
-        (o.stream == h264_stream_.get() ? h264_wanted : jpeg_wanted) = true;
-    if (jpeg_wanted)
+    for (LinkAwareStream* stream : { jpeg_stream_.get(), h264_stream_.get() })
     {
-      int quality = 0;
-      double encode_ms = 0.0;
-      sensor_msgs::CompressedImagePtr out = jpeg_stream_->encode(*img, encoder_, &quality, &encode_ms);
-      if (out)
-      {
+      if (!stream || stream->stopped())
+        continue;
+      stream->offer(*img, [&](const std::string& tier, const sensor_msgs::CompressedImagePtr& out) {
         for (const Output& o : outputs)
-          if (o.pub && o.stream == jpeg_stream_.get() && o.pub.getNumSubscribers() > 0)
+          if (o.pub && o.stream == stream && o.tier == tier)
             o.pub.publish(out);
-        jpeg_stream_->frameSent(out->data.size(), quality, encode_ms, out->format);
-      }
-    }
-    if (h264_wanted)
-    {
-      bool keyframe = false;
-      double encode_ms = 0.0;
-      sensor_msgs::CompressedImagePtr out = h264_stream_->encodeH264(*img, h264_encoder_, &keyframe, &encode_ms);
-      if (out)
-      {
-        for (const Output& o : outputs)
-          if (o.pub && o.stream == h264_stream_.get())
-            o.pub.publish(out);
-        h264_stream_->frameSent(out->data.size(), 0, encode_ms, out->format, keyframe);
-      }
+      });
     }
   }
 
   double check_period_ = 5.0;
   std::string in_topic_;
   std::unique_ptr<LinkAwareStream> jpeg_stream_, h264_stream_;
-  ImageEncoder encoder_;      ///< frame thread only
-  H264Encoder h264_encoder_;  ///< frame thread only
 
   std::mutex control_mutex_;     ///< serialises the control hook of both streams (frames never take it)
   ros::WallTime next_check_;     ///< under control_mutex_

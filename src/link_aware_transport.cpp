@@ -27,6 +27,7 @@
 #include <std_msgs/Empty.h>
 
 #include <algorithm>
+#include <map>
 #include <memory>
 #include <mutex>
 
@@ -38,10 +39,12 @@ namespace
 const uint32_t kH264ViewerQueue = 10;
 }  // namespace
 
-/// What the two publishers share: the stream (subscribers, paths, decisions, stream_state) made from
-/// the parameters under the transport's topic, the connect/disconnect callbacks, and one frame at a
-/// time through the encoder. A transport adds its name, its stream format and how it encodes.
-template <class Encoder>
+/// What the two publishers share: the stream (subscribers, tiers, paths, decisions, stream_state)
+/// made from the parameters under the transport's topic, the connect/disconnect callbacks of each
+/// tier's topic, and one frame at a time through the stream's shapers. The fitted tier goes out on
+/// the transport's topic (image_transport's own publisher), every other tier (the full one) on a
+/// publisher of its own; getNumSubscribers counts them all, so image_transport hands frames over
+/// while any tier has subscribers. A transport adds its name and its stream format.
 class LinkAwarePublisherBase : public image_transport::SimplePublisherPlugin<sensor_msgs::CompressedImage>
 {
 public:
@@ -51,15 +54,27 @@ public:
     stream_.reset();  // then the control thread ends
   }
 
+  uint32_t getNumSubscribers() const override
+  {
+    uint32_t n = SimplePublisherPlugin::getNumSubscribers();
+    for (const auto& kv : tier_pubs_)
+      n += kv.second.getNumSubscribers();
+    return n;
+  }
+
+  void shutdown() override
+  {
+    for (auto& kv : tier_pubs_)
+      kv.second.shutdown();
+    SimplePublisherPlugin::shutdown();
+  }
+
 protected:
   /// The stream format readStreamOptions reads the parameters for ("" = JPEG/PNG, "h264").
   virtual std::string streamFormat() const = 0;
 
   /// roscpp's per-subscriber queue for this transport (the caller's by default).
   virtual uint32_t queueSize(uint32_t requested, const StreamOptions& /*options*/) const { return requested; }
-
-  /// Encodes one frame with encoder_ and publishes it (called with encode_mutex_ held).
-  virtual void encodeAndPublish(const sensor_msgs::Image& message, const PublishFn& publish_fn) const = 0;
 
   void advertiseImpl(ros::NodeHandle& nh, const std::string& base_topic, uint32_t queue_size,
                      const image_transport::SubscriberStatusCallback& user_connect_cb,
@@ -79,21 +94,37 @@ protected:
       ROS_ERROR("%s; %s uses the default settings until this is fixed", e.what(), topic.c_str());
     }
     stream_.reset(new LinkAwareStream(nh, topic, nh.resolveName(base_topic), options));
+    base_tier_ = stream_->tierNames().front();
+    const uint32_t queue = queueSize(queue_size, options);
+    LinkAwareStream* stream = stream_.get();
+    for (const std::string& tier : stream_->tierNames())
+    {
+      if (tier == base_tier_)
+        continue;
+      ros::SubscriberStatusCallback on_connect = [stream, tier](const ros::SingleSubscriberPublisher& ssp) {
+        stream->subscriberConnected(tier, ssp.getSubscriberName());
+      };
+      ros::SubscriberStatusCallback on_disconnect = [stream, tier](const ros::SingleSubscriberPublisher& ssp) {
+        stream->subscriberDisconnected(tier, ssp.getSubscriberName());
+      };
+      tier_pubs_[tier] = nh.advertise<sensor_msgs::CompressedImage>(stream_->topicOf(tier), queue, on_connect,
+                                                                    on_disconnect, tracked_object, latch);
+    }
     stream_->start();
-    SimplePublisherPlugin::advertiseImpl(nh, base_topic, queueSize(queue_size, options), user_connect_cb,
-                                         user_disconnect_cb, tracked_object, latch);
+    SimplePublisherPlugin::advertiseImpl(nh, base_topic, queue, user_connect_cb, user_disconnect_cb, tracked_object,
+                                         latch);
   }
 
   void connectCallback(const ros::SingleSubscriberPublisher& pub) override
   {
     if (stream_)
-      stream_->subscriberConnected(pub.getSubscriberName());  // H.264: also asks for a keyframe
+      stream_->subscriberConnected(base_tier_, pub.getSubscriberName());  // H.264: also a keyframe
   }
 
   void disconnectCallback(const ros::SingleSubscriberPublisher& pub) override
   {
     if (stream_)
-      stream_->subscriberDisconnected(pub.getSubscriberName());
+      stream_->subscriberDisconnected(base_tier_, pub.getSubscriberName());
   }
 
   void publish(const sensor_msgs::Image& message, const PublishFn& publish_fn) const override
@@ -101,37 +132,36 @@ protected:
     if (!stream_)
       return;
     std::lock_guard<std::mutex> lock(encode_mutex_);
-    encodeAndPublish(message, publish_fn);
+    stream_->offer(message, [&](const std::string& tier, const sensor_msgs::CompressedImagePtr& out) {
+      if (tier == base_tier_)
+        publish_fn(*out);
+      else
+      {
+        auto it = tier_pubs_.find(tier);
+        if (it != tier_pubs_.end())
+          it->second.publish(out);
+      }
+    });
   }
 
   std::unique_ptr<LinkAwareStream> stream_;
-  mutable std::mutex encode_mutex_;  ///< one frame at a time through encoder_
-  mutable Encoder encoder_;
+  std::string base_tier_;
+  std::map<std::string, ros::Publisher> tier_pubs_;  ///< tiers other than the base; fixed after advertiseImpl
+  mutable std::mutex encode_mutex_;  ///< one frame at a time through the stream's shapers
 };
 
 /// The link_aware (JPEG) publisher.
-class LinkAwarePublisher : public LinkAwarePublisherBase<ImageEncoder>
+class LinkAwarePublisher : public LinkAwarePublisherBase
 {
 public:
   std::string getTransportName() const override { return "link_aware"; }
 
 protected:
   std::string streamFormat() const override { return ""; }
-
-  void encodeAndPublish(const sensor_msgs::Image& message, const PublishFn& publish_fn) const override
-  {
-    int quality = 0;
-    double encode_ms = 0.0;
-    sensor_msgs::CompressedImagePtr out = stream_->encode(message, encoder_, &quality, &encode_ms);
-    if (!out)
-      return;
-    publish_fn(*out);
-    stream_->frameSent(out->data.size(), quality, encode_ms, out->format);
-  }
 };
 
 /// The link_aware_h264 publisher.
-class LinkAwareH264Publisher : public LinkAwarePublisherBase<H264Encoder>
+class LinkAwareH264Publisher : public LinkAwarePublisherBase
 {
 public:
   std::string getTransportName() const override { return "link_aware_h264"; }
@@ -145,17 +175,6 @@ protected:
     // decoder's reference chain: a queue of a second of video absorbs bursts, and the stream stops
     // encoding (decodably) long before it fills (max_backlog_ms of unsent bytes)
     return std::max<uint32_t>(requested, static_cast<uint32_t>(options.policy.max_rate_hz) + 1);
-  }
-
-  void encodeAndPublish(const sensor_msgs::Image& message, const PublishFn& publish_fn) const override
-  {
-    bool keyframe = false;
-    double encode_ms = 0.0;
-    sensor_msgs::CompressedImagePtr out = stream_->encodeH264(message, encoder_, &keyframe, &encode_ms);
-    if (!out)
-      return;
-    publish_fn(*out);
-    stream_->frameSent(out->data.size(), 0, encode_ms, out->format, keyframe);
   }
 };
 

@@ -43,6 +43,16 @@ bool backedUp(double backlog_bytes, double prev_backlog_bytes, double out_kbps, 
   return backlog_ms > max_backlog_ms || (backlog_ms > max_backlog_ms / 4.0 && prev_ms > max_backlog_ms / 4.0);
 }
 
+bool skipForBacklog(double backlog_bytes, double out_kbps, double max_backlog_ms)
+{
+  return out_kbps > 0.0 && backlogMs(backlog_bytes, out_kbps) > max_backlog_ms;
+}
+
+bool resumeAfterSkip(double worst_backlog_bytes, double target_kbps, double max_backlog_ms)
+{
+  return !(target_kbps > 0.0) || backlogMs(worst_backlog_bytes, target_kbps) < max_backlog_ms / 2.0;
+}
+
 double nextObservedCap(double cap_kbps, double backlog_bytes, double out_kbps, double path_budget_kbps,
                        double max_backlog_ms, double prev_backlog_bytes, double delivered_kbps, double queue_delay_ms)
 {

@@ -120,6 +120,17 @@ double nextObservedCap(double cap_kbps, double backlog_bytes, double out_kbps, d
 /// backlog is in ms of a fast stream).
 bool backedUp(double backlog_bytes, double prev_backlog_bytes, double out_kbps, double max_backlog_ms);
 
+/// Skip rule of codecs whose messages depend on earlier ones (H.264): a subscriber's connection
+/// holding more than `max_backlog_ms` of a stream of `out_kbps` stops the stream's encoding (a
+/// message never made breaks no decoder's reference chain, a message roscpp drops from a full
+/// queue does). False without a stream (out_kbps <= 0).
+bool skipForBacklog(double backlog_bytes, double out_kbps, double max_backlog_ms);
+
+/// Resume rule after such a skip: encoding resumes once the largest backlog of the stream's
+/// connections is below half of `max_backlog_ms` at the encoder's target bitrate `target_kbps`
+/// (the stream sends nothing while it skips, so the target is the rate the backlog drains against).
+bool resumeAfterSkip(double worst_backlog_bytes, double target_kbps, double max_backlog_ms);
+
 /// One subscriber's observed-delivery cap over successive delivery checks: nextObservedCap, plus
 /// the lift. A cap exists because the link could not carry the stream at some moment; once the
 /// connection has stayed drained (less than a quarter of `max_backlog_ms` unsent, and no more

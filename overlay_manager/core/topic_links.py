@@ -208,6 +208,24 @@ class MachineMap:
         return p.path if p is not None and p.path else PATH_UNKNOWN
 
 
+SHAPED_TYPE = "overlay_manager/ShapedMessage"
+"""Message type of a shaped topic's tiers (the topic shaper, docs/shaping.md)."""
+
+
+def shaped_tier(topic: str, msg_type: str) -> Optional[Tuple[str, str]]:
+    """(original topic, tier) when ``topic`` is a tier of a shaped topic: ``X/shaped`` -> (X,
+    "fitted"), the tier relayed subscribers read (zstd, rate fitted to their paths' budgets);
+    ``X/shaped/full`` -> (X, "full"), the message as published for paths without a budget.
+    None for any other topic or type."""
+    if msg_type != SHAPED_TYPE:
+        return None
+    if topic.endswith("/shaped/full") and len(topic) > len("/shaped/full"):
+        return topic[: -len("/shaped/full")], "full"
+    if topic.endswith("/shaped") and len(topic) > len("/shaped"):
+        return topic[: -len("/shaped")], "fitted"
+    return None
+
+
 @dataclass(frozen=True)
 class TopicLink:
     """One topic connection between two nodes; the ROS-free twin of overlay_manager/TopicLink.

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any, Iterable, List, Optional, Tuple
 
 from overlay_manager.core.peers import PATH_DERP
+from overlay_manager.core.topic_links import shaped_tier
 from overlay_manager.view import text as fmt
 
 # (key, header, tooltip); keys are what snapshot() reports.
@@ -48,6 +49,25 @@ def machine_text(host: str) -> str:
     return host or "(not on the overlay)"
 
 
+SHAPED_TIER_WORDS = {
+    "fitted": "fitted to the subscribers' paths: zstd, rate within the path's budget, clouds reduced where allowed",
+    "full": "full tier for paths without a budget: the messages as published, full rate",
+}
+"""What each tier of a shaped topic carries (docs/shaping.md), for the topic cell's tooltip."""
+
+
+def topic_text(topic: str, msg_type: str) -> Tuple[str, str]:
+    """(cell text, tooltip) of a link's topic: a tier of a shaped topic names its original topic
+    and what the subscriber gets ("/r/points/shaped (shaped /r/points, fitted tier)"); any
+    other topic is shown as it is, its type in the tooltip."""
+    shaped = shaped_tier(topic, msg_type)
+    if shaped is None:
+        return topic, msg_type or "type unknown"
+    original, tier = shaped
+    return (f"{topic} (shaped {original}, {tier} tier)",
+            f"{msg_type}: {original} {SHAPED_TIER_WORDS[tier]}; a viewer restores the type with unshape")
+
+
 def topic_row(link: Any) -> TopicRow:
     """One TopicLink message -> the texts of its row."""
     rate = link.bytes_per_second
@@ -56,11 +76,12 @@ def topic_row(link: Any) -> TopicRow:
         where = f"DERP {link.endpoint}" if link.endpoint else "DERP"
     elif link.endpoint:
         where = link.endpoint
+    topic, topic_tip = topic_text(link.topic, link.type)
     return TopicRow(
-        topic=link.topic, sender=machine_text(link.publisher_host),
+        topic=topic, sender=machine_text(link.publisher_host),
         receiver=machine_text(link.subscriber_host), path=link.path, where=where,
         rate=fmt.format_rate(rate), rate_sort=-1.0 if fmt.is_nan(rate) else float(rate),
-        topic_tip=link.type or "type unknown",
+        topic_tip=topic_tip,
         sender_tip=f"{link.publisher_node} on {machine_text(link.publisher_host)}",
         receiver_tip=f"{link.subscriber_node} on {machine_text(link.subscriber_host)}")
 

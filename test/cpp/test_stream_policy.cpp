@@ -1,6 +1,5 @@
-// Unit tests of the link-aware stream policy and the subscriber-host helpers (pure logic).
+// Unit tests of the link-aware stream policy (pure logic, linked without roscpp).
 #include "overlay_manager/stream_policy.h"
-#include "overlay_manager/subscriber_hosts.h"
 
 #include <gtest/gtest.h>
 
@@ -277,49 +276,18 @@ TEST(VideoBitrate, FollowsTheBudgetWithinLimits)
   EXPECT_EQ(p.decision().reason, "observed delivery");
 }
 
-TEST(SubscriberHosts, HostOfUri)
+TEST(SkipRule, SkipsAboveMaxBacklogAndResumesBelowHalfAtTheTarget)
 {
-  EXPECT_EQ(overlay_manager::hostOfUri("http://robot1.fleet.internal:41234/"), "robot1.fleet.internal");
-  EXPECT_EQ(overlay_manager::hostOfUri("http://100.64.0.2:1/"), "100.64.0.2");
-  EXPECT_EQ(overlay_manager::hostOfUri("http://[fd7a:115c::1]:5/"), "fd7a:115c::1");
-  EXPECT_EQ(overlay_manager::hostOfUri(""), "");
-}
-
-TEST(SubscriberHosts, PathOfHost)
-{
-  overlay_manager::PeerList peers;
-  peers.self_peer.name = "robot1";
-  peers.self_peer.dns_name = "robot1.fleet.internal";
-  peers.self_peer.path = "self";
-  overlay_manager::Peer laptop;
-  laptop.name = "laptop";
-  laptop.dns_name = "laptop.fleet.internal";
-  laptop.addresses = {"100.64.0.3", "fd7a:115c:a1e0::3"};
-  laptop.path = "derp";
-  peers.peers.push_back(laptop);
-  using overlay_manager::pathOfHost;
-  EXPECT_EQ(pathOfHost("laptop.fleet.internal", "robot1.fleet.internal", &peers), "derp");
-  EXPECT_EQ(pathOfHost("LAPTOP.fleet.internal.", "x", &peers), "derp");
-  EXPECT_EQ(pathOfHost("100.64.0.3", "x", &peers), "derp");
-  EXPECT_EQ(pathOfHost("laptop", "x", &peers), "derp");
-  EXPECT_EQ(pathOfHost("robot1.fleet.internal", "robot1.fleet.internal", &peers), "self");
-  EXPECT_EQ(pathOfHost("robot1.fleet.internal", "other", &peers), "self");  // ~peers' self
-  EXPECT_EQ(pathOfHost("localhost", "x", nullptr), "self");
-  EXPECT_EQ(pathOfHost("127.0.0.1", "x", nullptr), "self");
-  EXPECT_EQ(pathOfHost("laptop.fleet.internal", "x", nullptr), "unknown");
-  EXPECT_EQ(pathOfHost("laptop.other.domain", "x", &peers), "unknown");
-  EXPECT_EQ(pathOfHost("", "x", &peers), "unknown");
-  EXPECT_EQ(overlay_manager::shortName("100.64.0.3", "x", &peers), "laptop");
-  EXPECT_EQ(overlay_manager::shortName("base.fleet.internal", "x", &peers), "base");
-  EXPECT_EQ(overlay_manager::shortName("192.168.1.20", "x", &peers, {{"192.168.1.20", "laptop"}}), "laptop");
-}
-
-TEST(SubscriberHosts, SocketOfTransportInfo)
-{
-  using overlay_manager::socketOfTransportInfo;
-  EXPECT_EQ(socketOfTransportInfo("TCPROS connection on port 40111 to [100.64.0.3:51234 on socket 17]"), 17);
-  EXPECT_EQ(socketOfTransportInfo("INTRAPROCESS"), -1);
-  EXPECT_EQ(socketOfTransportInfo("... on socket ]"), -1);
+  using overlay_manager::resumeAfterSkip;
+  using overlay_manager::skipForBacklog;
+  // 2000 kbit/s = 2 bits per us: 200 ms of stream is 50,000 bytes
+  EXPECT_FALSE(skipForBacklog(50000, 2000.0, 200.0));
+  EXPECT_TRUE(skipForBacklog(50001, 2000.0, 200.0));
+  EXPECT_FALSE(skipForBacklog(1e9, 0.0, 200.0));  // no stream: nothing to skip
+  // resumes below half of max_backlog_ms at the encoder's target (the stream sends nothing meanwhile)
+  EXPECT_FALSE(resumeAfterSkip(25000, 2000.0, 200.0));
+  EXPECT_TRUE(resumeAfterSkip(24999, 2000.0, 200.0));
+  EXPECT_TRUE(resumeAfterSkip(24999, 0.0, 200.0));  // no target: nothing to wait for
 }
 
 int main(int argc, char** argv)

@@ -307,3 +307,13 @@ def test_parse_host_aliases() -> None:
         parse_host_aliases(["robot1"], "/overlay_manager private parameters")
     with pytest.raises(ConfigError, match=r"host_aliases\.192\.168\.1\.20"):
         parse_host_aliases({"192.168.1.20": 7}, "p")
+
+
+def test_shaped_tier_from_name_and_type() -> None:
+    from overlay_manager.core.topic_links import SHAPED_TYPE, shaped_tier
+
+    assert shaped_tier("/r1/points/shaped", SHAPED_TYPE) == ("/r1/points", "fitted")
+    assert shaped_tier("/r1/points/shaped/full", SHAPED_TYPE) == ("/r1/points", "full")
+    assert shaped_tier("/r1/points/shaped", "sensor_msgs/PointCloud2") is None
+    assert shaped_tier("/r1/points/shaped/stream_state", SHAPED_TYPE) is None
+    assert shaped_tier("/shaped", SHAPED_TYPE) is None

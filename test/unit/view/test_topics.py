@@ -35,6 +35,19 @@ def test_topic_row_texts() -> None:
     assert topic_row(link(path="unknown", endpoint="")).where == ""
 
 
+def test_shaped_topic_tiers_say_what_the_subscriber_gets() -> None:
+    fitted = topic_row(link(topic="/robot1/points/shaped", type="overlay_manager/ShapedMessage", path="derp"))
+    assert fitted.topic == "/robot1/points/shaped (shaped /robot1/points, fitted tier)"
+    assert "zstd" in fitted.topic_tip and "unshape" in fitted.topic_tip
+    full = topic_row(link(topic="/robot1/points/shaped/full", type="overlay_manager/ShapedMessage"))
+    assert full.topic == "/robot1/points/shaped/full (shaped /robot1/points, full tier)"
+    assert "as published" in full.topic_tip
+    # the name alone, or the type alone, is not a shaped topic
+    assert topic_row(link(topic="/robot1/points/shaped", type="sensor_msgs/PointCloud2")).topic == \
+        "/robot1/points/shaped"
+    assert topic_row(link(topic="/shaped", type="overlay_manager/ShapedMessage")).topic == "/shaped"
+
+
 def test_topic_rows_leave_local_links_out_and_headline() -> None:
     rows = topic_rows([link(), link(local=True, path="self"), link(path="derp", endpoint="lab")])
     assert [r.path for r in rows] == ["direct", "derp"]

@@ -1,0 +1,301 @@
+// Unit tests of the shaping core (shaping_core.h): tiers, delivery feedback per tier, the skip gate
+// of reference-chain codecs, frame admission and the tier directory. Pure logic, linked without roscpp.
+#include "overlay_manager/shaping_core.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+
+using overlay_manager::Admission;
+using overlay_manager::CoreSettings;
+using overlay_manager::DeliverySample;
+using overlay_manager::SentReport;
+using overlay_manager::ShaperTraits;
+using overlay_manager::ShapingCore;
+using overlay_manager::SubKey;
+using overlay_manager::TierState;
+namespace tiers = overlay_manager::tiers;
+namespace paths = overlay_manager::paths;
+
+namespace
+{
+ShaperTraits jpegTraits()
+{
+  ShaperTraits t;
+  t.kind = "jpeg";
+  t.size_feedback = true;
+  return t;
+}
+
+ShaperTraits h264Traits()
+{
+  ShaperTraits t;
+  t.kind = "h264";
+  t.reference_chain = true;
+  return t;
+}
+
+/// Paths as the adapter would map them from ~peers: node -> (machine, path).
+void setPaths(ShapingCore& core, const std::map<std::string, std::string>& path_of_node)
+{
+  std::map<std::string, std::pair<std::string, std::string>> m;
+  for (const auto& kv : path_of_node)
+    m[kv.first] = { "host_of" + kv.first, kv.second };
+  core.setPaths(m);
+}
+
+const TierState* find(const std::vector<TierState>& states, const std::string& tier)
+{
+  for (const TierState& s : states)
+    if (s.tier == tier)
+      return &s;
+  return nullptr;
+}
+
+/// Offers `frames` messages to `tier` at `hz` from `t0`, sending `bytes` per admitted one; returns
+/// how many were admitted (skipped ones are not).
+int feed(ShapingCore& core, const std::string& tier, int frames, double hz, double t0, size_t bytes,
+         int* keyframes = nullptr)
+{
+  int admitted = 0;
+  for (int i = 0; i < frames; ++i)
+  {
+    const Admission a = core.admit(tier, t0 + i / hz);
+    if (!a.due)
+      continue;
+    ++admitted;
+    if (keyframes && a.keyframe)
+      ++*keyframes;
+    SentReport r;
+    r.bytes = bytes;
+    r.quality = a.decision.quality;
+    r.format = "test";
+    core.sent(tier, r);
+  }
+  return admitted;
+}
+}  // namespace
+
+TEST(Tiers, PathsWithoutABudgetReadTheFullTierOthersTheFitted)
+{
+  overlay_manager::PolicyParams p;
+  EXPECT_EQ(overlay_manager::tierForPath(paths::kSelf, p), tiers::kFullTier);
+  EXPECT_EQ(overlay_manager::tierForPath(paths::kDirect, p), tiers::kFullTier);
+  EXPECT_EQ(overlay_manager::tierForPath(paths::kDerp, p), tiers::kFittedTier);
+  EXPECT_EQ(overlay_manager::tierForPath(paths::kUnknown, p), tiers::kFittedTier);
+  p.budget_kbps[paths::kDirect] = 50000.0;  // a budget for direct: direct is fitted too
+  EXPECT_EQ(overlay_manager::tierForPath(paths::kDirect, p), tiers::kFittedTier);
+  EXPECT_EQ(overlay_manager::tierTopic("/cam/link_aware", tiers::kFittedTier), "/cam/link_aware");
+  EXPECT_EQ(overlay_manager::tierTopic("/cam/link_aware", tiers::kSingleTier), "/cam/link_aware");
+  EXPECT_EQ(overlay_manager::tierTopic("/cam/link_aware", tiers::kFullTier), "/cam/link_aware/full");
+}
+
+TEST(Tiers, ADirectAndARelayedSubscriberGetDifferentStreamsAtOnce)
+{
+  ShapingCore core(jpegTraits(), CoreSettings());
+  core.connected(tiers::kFullTier, "/direct_viewer");
+  core.connected(tiers::kFittedTier, "/relayed_viewer");
+  setPaths(core, { { "/direct_viewer", paths::kDirect }, { "/relayed_viewer", paths::kDerp } });
+  EXPECT_EQ(core.activeTiers(), (std::vector<std::string>{ tiers::kFittedTier, tiers::kFullTier }));
+  // 40 KB frames at 30 Hz = 9.6 Mbit/s: over derp's 8000 kbit/s, nothing for direct
+  for (int s = 0; s < 4; ++s)
+  {
+    feed(core, tiers::kFullTier, 30, 30.0, s, 40000);
+    feed(core, tiers::kFittedTier, 30, 30.0, s, 40000);
+  }
+  const std::vector<TierState> st = core.snapshot(4.0);
+  const TierState* full = find(st, tiers::kFullTier);
+  const TierState* fitted = find(st, tiers::kFittedTier);
+  ASSERT_TRUE(full && fitted);
+  EXPECT_TRUE(std::isinf(full->decision.budget_kbps));
+  EXPECT_EQ(full->decision.quality, 90);
+  EXPECT_DOUBLE_EQ(full->decision.rate_hz, 30.0);
+  EXPECT_DOUBLE_EQ(fitted->decision.budget_kbps, 8000.0);
+  EXPECT_EQ(fitted->decision.limited_by, "host_of/relayed_viewer");
+  EXPECT_LT(fitted->decision.quality, 90);  // the relayed tier stepped its quality down
+  ASSERT_EQ(full->subscribers.size(), 1u);
+  EXPECT_EQ(full->subscribers[0].node, "/direct_viewer");
+  EXPECT_EQ(full->subscribers[0].wanted_tier, tiers::kFullTier);
+}
+
+TEST(Tiers, TheFittedTierFitsWhoeverReadsItAndTheDirectorySaysWhereToGo)
+{
+  ShapingCore core(jpegTraits(), CoreSettings());
+  // a local viewer that cannot switch (a plain subscriber of the topic) shares the fitted tier
+  // with a relayed one: the tier is fitted to the relayed one, the directory sends the local one
+  // to the full tier
+  core.connected(tiers::kFittedTier, "/local");
+  core.connected(tiers::kFittedTier, "/relayed");
+  setPaths(core, { { "/local", paths::kSelf }, { "/relayed", paths::kPeerRelay } });
+  const TierState* fitted = find(core.snapshot(0.0), tiers::kFittedTier);
+  ASSERT_TRUE(fitted);
+  EXPECT_DOUBLE_EQ(fitted->decision.budget_kbps, 20000.0);
+  const auto dir = core.directory();
+  EXPECT_EQ(dir.at("/local"), tiers::kFullTier);
+  EXPECT_EQ(dir.at("/relayed"), tiers::kFittedTier);
+  // the local viewer moves: subscribes to the full tier, then leaves the fitted one
+  core.connected(tiers::kFullTier, "/local");
+  core.disconnected(tiers::kFittedTier, "/local");
+  const std::vector<TierState> st = core.snapshot(0.0);
+  ASSERT_TRUE(find(st, tiers::kFullTier));
+  EXPECT_TRUE(std::isinf(find(st, tiers::kFullTier)->decision.budget_kbps));
+  EXPECT_EQ(core.directory().at("/local"), tiers::kFullTier);  // the node is still known (one tier left)
+  // the last subscriber of a tier takes the tier with it: nothing is encoded for it any more
+  core.disconnected(tiers::kFittedTier, "/relayed");
+  EXPECT_EQ(core.activeTiers(), std::vector<std::string>{ tiers::kFullTier });
+  EXPECT_FALSE(core.admit(tiers::kFittedTier, 1.0).due);
+  core.disconnected(tiers::kFullTier, "/local");
+  EXPECT_TRUE(core.empty());
+  EXPECT_TRUE(core.directory().empty());
+}
+
+TEST(Tiers, DeliveryFeedbackOfASubscriberActsOnItsOwnTierOnly)
+{
+  ShapingCore core(jpegTraits(), CoreSettings());
+  core.connected(tiers::kFullTier, "/direct");
+  core.connected(tiers::kFittedTier, "/relayed");
+  setPaths(core, { { "/direct", paths::kDirect }, { "/relayed", paths::kDerp } });
+  feed(core, tiers::kFullTier, 30, 30.0, 0.0, 20000);
+  feed(core, tiers::kFittedTier, 30, 30.0, 0.0, 20000);
+  core.snapshot(0.0);
+  core.snapshot(1.0);  // a window: both tiers sent 4800 kbit/s
+  std::map<SubKey, DeliverySample> samples;
+  samples[SubKey{ tiers::kFittedTier, "/relayed" }].unsent_bytes = 400000;  // far over 200 ms
+  samples[SubKey{ tiers::kFittedTier, "/relayed" }].acked_bytes = 1;
+  core.observeDelivery(1.0, samples);
+  samples[SubKey{ tiers::kFittedTier, "/relayed" }].acked_bytes = 1 + 125000;  // 2000 kbit/s acknowledged
+  core.observeDelivery(1.5, samples);
+  const std::vector<TierState> st = core.snapshot(1.5);
+  const TierState* fitted = find(st, tiers::kFittedTier);
+  const TierState* full = find(st, tiers::kFullTier);
+  ASSERT_TRUE(fitted && full);
+  EXPECT_NEAR(fitted->subscribers[0].observed_cap_kbps, 0.9 * 2000.0, 1.0);
+  EXPECT_EQ(fitted->decision.reason, "observed delivery");
+  EXPECT_TRUE(std::isnan(full->subscribers[0].observed_cap_kbps));
+  EXPECT_TRUE(std::isinf(full->decision.budget_kbps));
+  // a new path: what was learnt on the old one is forgotten
+  setPaths(core, { { "/relayed", paths::kPeerRelay } });
+  EXPECT_TRUE(std::isnan(find(core.snapshot(1.5), tiers::kFittedTier)->subscribers[0].observed_cap_kbps));
+}
+
+TEST(Tiers, WithoutAdaptToDeliveryNothingIsLearnt)
+{
+  CoreSettings settings;
+  settings.adapt_to_delivery = false;
+  ShapingCore core(h264Traits(), settings);
+  core.connected(tiers::kSingleTier, "/v");
+  feed(core, tiers::kSingleTier, 30, 30.0, 0.0, 8000);
+  core.snapshot(0.0);
+  core.snapshot(1.0);
+  std::map<SubKey, DeliverySample> samples;
+  samples[SubKey{ tiers::kSingleTier, "/v" }].unsent_bytes = 1000000;
+  core.observeDelivery(1.0, samples);
+  EXPECT_FALSE(core.anyBackedUp());
+}
+
+TEST(SkipGate, ABackedUpSubscriberStopsItsTierUntilTheBacklogDrainsThenAKeyframe)
+{
+  ShapingCore core(h264Traits(), CoreSettings());
+  core.connected(tiers::kFullTier, "/direct");
+  core.connected(tiers::kFittedTier, "/relayed");
+  setPaths(core, { { "/direct", paths::kDirect }, { "/relayed", paths::kDerp } });
+  int keyframes = 0;
+  // a new subscriber's tier starts with a keyframe
+  EXPECT_EQ(feed(core, tiers::kFittedTier, 30, 30.0, 0.0, 8000, &keyframes), 30);
+  EXPECT_EQ(keyframes, 1);
+  feed(core, tiers::kFullTier, 30, 30.0, 0.0, 8000);
+  core.snapshot(0.0);
+  core.snapshot(1.0);  // 1920 kbit/s sent on each tier
+  std::map<SubKey, DeliverySample> samples;
+  samples[SubKey{ tiers::kFittedTier, "/relayed" }].unsent_bytes = 60000;  // 250 ms at 1920 kbit/s
+  core.observeDelivery(1.0, samples);
+  EXPECT_TRUE(core.anyBackedUp());
+  const Admission skipped = core.admit(tiers::kFittedTier, 1.1);
+  EXPECT_FALSE(skipped.due);
+  EXPECT_TRUE(skipped.skipped);
+  EXPECT_TRUE(core.admit(tiers::kFullTier, 1.1).due);  // the other tier goes on
+  // still above half of max_backlog_ms at the fitted tier's target: no resume
+  const double target = core.admit(tiers::kFittedTier, 1.2).target_kbps;
+  ASSERT_GT(target, 0.0);
+  samples[SubKey{ tiers::kFittedTier, "/relayed" }].unsent_bytes = static_cast<uint32_t>(target / 8.0 * 110.0);
+  EXPECT_FALSE(core.recheck(1.2, samples));
+  samples[SubKey{ tiers::kFittedTier, "/relayed" }].unsent_bytes = static_cast<uint32_t>(target / 8.0 * 90.0);
+  EXPECT_TRUE(core.recheck(1.3, samples));
+  EXPECT_FALSE(core.anyBackedUp());
+  const Admission resumed = core.admit(tiers::kFittedTier, 1.4);
+  EXPECT_TRUE(resumed.due);
+  EXPECT_TRUE(resumed.keyframe);  // a decoder whose queue overflowed meanwhile is repaired at once
+  TierState fitted = *find(core.snapshot(1.5), tiers::kFittedTier);
+  EXPECT_GE(fitted.skipped, 2u);
+}
+
+TEST(SkipGate, ForcedKeyframesAreRateLimitedPerTier)
+{
+  ShapingCore core(h264Traits(), CoreSettings());
+  core.connected(tiers::kSingleTier, "/v");
+  EXPECT_TRUE(core.admit(tiers::kSingleTier, 0.0).keyframe);  // first frame of a new subscriber
+  core.requestKeyframe(tiers::kSingleTier, 1.0);
+  EXPECT_TRUE(core.admit(tiers::kSingleTier, 1.0).keyframe);
+  core.requestKeyframe(tiers::kSingleTier, 1.5);  // within kMinForcedKeyframeS: refused
+  EXPECT_FALSE(core.admit(tiers::kSingleTier, 1.5).keyframe);
+  core.requestKeyframe(tiers::kSingleTier, 2.1);
+  EXPECT_TRUE(core.admit(tiers::kSingleTier, 2.1).keyframe);
+  core.failed(tiers::kSingleTier);  // an encode failed: the decoders may have missed a reference
+  EXPECT_TRUE(core.admit(tiers::kSingleTier, 2.2).keyframe);
+}
+
+TEST(SkipGate, CodecsWithoutAReferenceChainNeverSkipNorAskForKeyframes)
+{
+  ShapingCore core(jpegTraits(), CoreSettings());
+  core.connected(tiers::kSingleTier, "/v");
+  EXPECT_FALSE(core.admit(tiers::kSingleTier, 0.0).keyframe);
+  feed(core, tiers::kSingleTier, 30, 30.0, 0.1, 8000);
+  core.snapshot(0.0);
+  core.snapshot(1.0);
+  std::map<SubKey, DeliverySample> samples;
+  samples[SubKey{ tiers::kSingleTier, "/v" }].unsent_bytes = 1000000;
+  core.observeDelivery(1.0, samples);
+  EXPECT_FALSE(core.anyBackedUp());
+  EXPECT_FALSE(core.admit(tiers::kSingleTier, 1.1).skipped);
+}
+
+TEST(Admission, TheRateCapHoldsOnEachTierAndInputBeyondItIsNotEncoded)
+{
+  CoreSettings settings;
+  settings.policy.max_rate_hz = 15.0;
+  ShapingCore core(jpegTraits(), settings);
+  core.connected(tiers::kSingleTier, "/v");
+  EXPECT_EQ(feed(core, tiers::kSingleTier, 60, 30.0, 0.0, 1000), 30);  // 2 s of 30 Hz input at a 15 Hz cap
+  const TierState st = core.snapshot(0.0)[0];
+  EXPECT_EQ(st.tier, tiers::kSingleTier);
+  const TierState later = core.snapshot(2.0)[0];
+  EXPECT_NEAR(later.input_rate_hz, 30.0, 0.01);
+  EXPECT_NEAR(later.output_rate_hz, 15.0, 0.01);
+  EXPECT_NEAR(later.bitrate_kbps, 15 * 1000 * 8 / 1000.0, 0.01);
+  EXPECT_EQ(later.format, "test");
+}
+
+TEST(Admission, NodesToLookUpAreRetriedAfterAFailure)
+{
+  ShapingCore core(jpegTraits(), CoreSettings());
+  core.connected(tiers::kSingleTier, "/a");
+  core.connected(tiers::kSingleTier, "/a");  // a second connection of the same node counts once
+  EXPECT_EQ(core.unresolved(0.0), std::vector<std::string>{ "/a" });
+  core.setHost("/a", "", 0.0, 5.0);
+  EXPECT_TRUE(core.unresolved(1.0).empty());
+  EXPECT_EQ(core.unresolved(5.0), std::vector<std::string>{ "/a" });
+  core.setHost("/a", "laptop", 5.0, 5.0);
+  EXPECT_TRUE(core.unresolved(20.0).empty());
+  EXPECT_EQ(core.hosts().at("/a"), "laptop");
+  core.disconnected(tiers::kSingleTier, "/a");
+  EXPECT_FALSE(core.empty());  // one connection left
+  core.disconnected(tiers::kSingleTier, "/a");
+  EXPECT_TRUE(core.empty());
+}
+
+int main(int argc, char** argv)
+{
+  testing::InitGoogleTest(&argc, argv);
+  return RUN_ALL_TESTS();
+}
