@@ -150,6 +150,22 @@ TEST(Tiers, TheFittedTierFitsWhoeverReadsItAndTheDirectorySaysWhereToGo)
   EXPECT_TRUE(core.directory().empty());
 }
 
+TEST(Tiers, AViewerThatLeavesItsOldTierBeforeItsNewConnectionArrivesKeepsItsPath)
+{
+  ShapingCore core(jpegTraits(), CoreSettings());
+  core.connected(tiers::kFittedTier, "/local");
+  core.setHost("/local", "robot1", 0.0, 5.0);
+  setPaths(core, { { "/local", paths::kSelf } });
+  core.disconnected(tiers::kFittedTier, "/local");  // the old subscription went first
+  EXPECT_TRUE(core.directory().empty());           // gone: not listed
+  core.connected(tiers::kFullTier, "/local");
+  EXPECT_TRUE(core.unresolved(0.0).empty());  // no new look-up
+  EXPECT_EQ(core.directory().at("/local"), tiers::kFullTier);
+  const TierState* full = find(core.snapshot(0.0), tiers::kFullTier);
+  ASSERT_TRUE(full);
+  EXPECT_EQ(full->subscribers[0].path, paths::kSelf);
+}
+
 TEST(Tiers, DeliveryFeedbackOfASubscriberActsOnItsOwnTierOnly)
 {
   ShapingCore core(jpegTraits(), CoreSettings());
