@@ -17,6 +17,10 @@
 // parameters under <image>/link_aware_h264/, decisions on <image>/link_aware_h264/stream_state. The
 // encoder's bitrate follows the budget on the fly; a new subscriber gets a keyframe with the next
 // frame; while a subscriber's connection is backed up frames are not encoded at all (decodable).
+//
+// Tiers (the stream parameter `tiers`): the publisher also advertises <transport topic>/full, and
+// the subscriber follows the stream's directory (<transport topic>/tiers) to the tier its path
+// calls for (LinkAwareSubscriberBase).
 #include "overlay_manager/link_aware_stream.h"
 #include "overlay_manager/viewer_decoders.h"
 
