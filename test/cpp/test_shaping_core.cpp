@@ -128,7 +128,8 @@ TEST(Tiers, TheFittedTierFitsWhoeverReadsItAndTheDirectorySaysWhereToGo)
   core.connected(tiers::kFittedTier, "/local");
   core.connected(tiers::kFittedTier, "/relayed");
   setPaths(core, { { "/local", paths::kSelf }, { "/relayed", paths::kPeerRelay } });
-  const TierState* fitted = find(core.snapshot(0.0), tiers::kFittedTier);
+  const std::vector<TierState> snap_fitted = core.snapshot(0.0);
+  const TierState* fitted = find(snap_fitted, tiers::kFittedTier);
   ASSERT_TRUE(fitted);
   EXPECT_DOUBLE_EQ(fitted->decision.budget_kbps, 20000.0);
   const auto dir = core.directory();
@@ -161,7 +162,8 @@ TEST(Tiers, AViewerThatLeavesItsOldTierBeforeItsNewConnectionArrivesKeepsItsPath
   core.connected(tiers::kFullTier, "/local");
   EXPECT_TRUE(core.unresolved(0.0).empty());  // no new look-up
   EXPECT_EQ(core.directory().at("/local"), tiers::kFullTier);
-  const TierState* full = find(core.snapshot(0.0), tiers::kFullTier);
+  const std::vector<TierState> snap_full = core.snapshot(0.0);
+  const TierState* full = find(snap_full, tiers::kFullTier);
   ASSERT_TRUE(full);
   EXPECT_EQ(full->subscribers[0].path, paths::kSelf);
 }
