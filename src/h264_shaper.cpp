@@ -111,6 +111,7 @@ ImageShaperKind h264ShaperKind(ImageSettingsFn settings)
 {
   ImageShaperKind kind;
   kind.traits.kind = "h264";
+  kind.traits.unit = "frame";
   kind.traits.reference_chain = true;
   kind.make = [settings]() { return std::unique_ptr<ImageShaper>(new H264Shaper(settings)); };
   kind.describe = [](const TierState& tier, StreamState* st) {

@@ -60,6 +60,7 @@ ImageShaperKind jpegShaperKind(const std::string& format, ImageSettingsFn settin
   const bool png = format == "png";
   ImageShaperKind kind;
   kind.traits.kind = png ? "png" : "jpeg";
+  kind.traits.unit = "frame";
   kind.traits.size_feedback = !png;  // the policy steps JPEG quality by the sizes it sees
   kind.make = [png, settings]() { return std::unique_ptr<ImageShaper>(new JpegShaper(png, settings)); };
   kind.describe = [png](const TierState& tier, StreamState* st) {

@@ -135,8 +135,10 @@ LinkAwareStream::LinkAwareStream(const ros::NodeHandle& nh, const std::string& t
 
 LinkAwareStream::~LinkAwareStream()
 {
-  shaped_.reset();  // joins the control thread (the reconfigure server's callbacks run there)
+  // the reconfigure server first: its shutdown takes its callbacks off the control queue (waiting
+  // for one that runs), which must still exist; then the shaped topic joins the control thread
   reconfigure_.reset();
+  shaped_.reset();
 }
 
 void LinkAwareStream::start()

@@ -146,14 +146,16 @@ void ShapedTopic::post(std::function<void()> fn)
 void ShapedTopic::refused(const std::string& why)
 {
   frame_log_.report(ros::console::levels::Error, ProblemLog::kindOf(why),
-                    "refuses a message from " + input_topic_ + ": " + why + " (the next ones are checked again)");
+                    "refuses a " + core_.traits().unit + " from " + input_topic_ + ": " + why +
+                        " (the next ones are checked again)");
 }
 
 void ShapedTopic::failed(const std::string& tier, const std::string& why)
 {
   core_.failed(tier);
   frame_log_.report(ros::console::levels::Error, ProblemLog::kindOf(why),
-                    "cannot shape a message from " + input_topic_ + " for " + topicOf(tier) + ": " + why);
+                    "cannot shape a " + core_.traits().unit + " from " + input_topic_ + " for " + topicOf(tier) +
+                        ": " + why);
 }
 
 // ---- any thread -------------------------------------------------------------------------------

@@ -110,9 +110,15 @@ void ShapingCore::disconnected(const std::string& tier, const std::string& node)
   if (it == subs_.end() || --it->second->connections > 0)
     return;
   subs_.erase(it);
+  // A node's machine and path outlive its last connection for a while: a viewer that moves to
+  // another tier leaves the old one before its new connection reaches this process, and must not
+  // come back as "unknown" (the directory would send it back)
   auto n = nodes_.find(node);
-  if (n != nodes_.end() && --n->second.refs <= 0)
-    nodes_.erase(n);
+  if (n != nodes_.end())
+    n->second.refs = std::max(0, n->second.refs - 1);
+  if (nodes_.size() > kMaxKnownNodes)
+    for (auto it = nodes_.begin(); it != nodes_.end();)
+      it = it->second.refs <= 0 ? nodes_.erase(it) : std::next(it);
   bool tier_used = false;
   for (const auto& kv : subs_)
     tier_used = tier_used || kv.first.tier == tier;
@@ -141,7 +147,7 @@ std::vector<std::string> ShapingCore::unresolved(double now_s) const
   std::lock_guard<std::mutex> lock(mutex_);
   std::vector<std::string> out;
   for (const auto& kv : nodes_)
-    if (kv.second.host.empty() && kv.second.next_lookup_s <= now_s)
+    if (kv.second.refs > 0 && kv.second.host.empty() && kv.second.next_lookup_s <= now_s)
       out.push_back(kv.first);
   return out;
 }
@@ -162,7 +168,8 @@ std::map<std::string, std::string> ShapingCore::hosts() const
   std::lock_guard<std::mutex> lock(mutex_);
   std::map<std::string, std::string> out;
   for (const auto& kv : nodes_)
-    out[kv.first] = kv.second.host;
+    if (kv.second.refs > 0)
+      out[kv.first] = kv.second.host;
   return out;
 }
 
@@ -423,7 +430,8 @@ std::map<std::string, std::string> ShapingCore::directory() const
   std::lock_guard<std::mutex> lock(mutex_);
   std::map<std::string, std::string> out;
   for (const auto& kv : nodes_)
-    out[kv.first] = tierForPath(kv.second.path, settings_.policy);
+    if (kv.second.refs > 0)
+      out[kv.first] = tierForPath(kv.second.path, settings_.policy);
   return out;
 }
 

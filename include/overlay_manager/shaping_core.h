@@ -52,6 +52,7 @@ std::string tierTopic(const std::string& topic, const std::string& tier);
 struct ShaperTraits
 {
   std::string kind;  ///< stream_state's codec: "jpeg", "png", "h264", "zstd", ...
+  std::string unit = "message";  ///< what one message is called in logs ("frame" for images)
   /// Messages depend on earlier ones (H.264's reference chain): while a subscriber's connection
   /// is backed up the core skips messages instead of letting roscpp drop queued ones (a skipped
   /// message is never made, so every decoder stays whole), and it asks for a keyframe when a new
@@ -140,6 +141,9 @@ public:
   /// Shortest time between two keyframes forced by the core (s): each costs several messages'
   /// worth of bytes on a link that may just have backed up.
   static constexpr double kMinForcedKeyframeS = 1.0;
+  /// Nodes whose machine and path are kept after their last connection closed (a node that moves
+  /// between tiers keeps its path); beyond it the departed ones are forgotten.
+  static constexpr size_t kMaxKnownNodes = 256;
 
   ShapingCore(const ShaperTraits& traits, const CoreSettings& settings);
 

@@ -128,7 +128,8 @@ TEST(Tiers, TheFittedTierFitsWhoeverReadsItAndTheDirectorySaysWhereToGo)
   core.connected(tiers::kFittedTier, "/local");
   core.connected(tiers::kFittedTier, "/relayed");
   setPaths(core, { { "/local", paths::kSelf }, { "/relayed", paths::kPeerRelay } });
-  const TierState* fitted = find(core.snapshot(0.0), tiers::kFittedTier);
+  const std::vector<TierState> snap_fitted = core.snapshot(0.0);
+  const TierState* fitted = find(snap_fitted, tiers::kFittedTier);
   ASSERT_TRUE(fitted);
   EXPECT_DOUBLE_EQ(fitted->decision.budget_kbps, 20000.0);
   const auto dir = core.directory();
@@ -148,6 +149,23 @@ TEST(Tiers, TheFittedTierFitsWhoeverReadsItAndTheDirectorySaysWhereToGo)
   core.disconnected(tiers::kFullTier, "/local");
   EXPECT_TRUE(core.empty());
   EXPECT_TRUE(core.directory().empty());
+}
+
+TEST(Tiers, AViewerThatLeavesItsOldTierBeforeItsNewConnectionArrivesKeepsItsPath)
+{
+  ShapingCore core(jpegTraits(), CoreSettings());
+  core.connected(tiers::kFittedTier, "/local");
+  core.setHost("/local", "robot1", 0.0, 5.0);
+  setPaths(core, { { "/local", paths::kSelf } });
+  core.disconnected(tiers::kFittedTier, "/local");  // the old subscription went first
+  EXPECT_TRUE(core.directory().empty());           // gone: not listed
+  core.connected(tiers::kFullTier, "/local");
+  EXPECT_TRUE(core.unresolved(0.0).empty());  // no new look-up
+  EXPECT_EQ(core.directory().at("/local"), tiers::kFullTier);
+  const std::vector<TierState> snap_full = core.snapshot(0.0);
+  const TierState* full = find(snap_full, tiers::kFullTier);
+  ASSERT_TRUE(full);
+  EXPECT_EQ(full->subscribers[0].path, paths::kSelf);
 }
 
 TEST(Tiers, DeliveryFeedbackOfASubscriberActsOnItsOwnTierOnly)

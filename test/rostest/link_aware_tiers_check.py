@@ -1,0 +1,135 @@
+#!/usr/bin/python3
+"""rostest: a direct and a relayed viewer of one camera get different tiers at once (see
+link_aware_tiers.test).
+
+This node is the overlay node's ~peers (robot1 with the peers "laptop", 127.0.0.2, on derp and
+"base", 127.0.0.3, direct) and the checks: the stream's directory sends each viewer to the tier its
+path calls for; each tier's stream_state names only its own subscriber; the relayed viewer's tier
+is fitted to the derp budget while the direct one's has none and keeps the maximum quality; both
+viewers decode pictures at the same time; when the laptop's path turns direct, its viewer moves to
+the full tier by itself (no parameter on the viewer's side) and the fitted tier stops.
+"""
+import math
+import sys
+import threading
+import time
+import unittest
+
+import rospy
+import rostest
+from link_aware_common import wait_for
+from sensor_msgs.msg import Image
+
+from overlay_manager.msg import Peer, PeerList, StreamState, TierDirectory
+
+CAM = "/camera/image_raw/link_aware"
+FULL = CAM + "/full"
+PEERS = "/robot1/overlay_manager/peers"
+DIRECT, RELAYED = "/viewer_direct", "/viewer_relayed"
+DERP_BUDGET_KBPS = 2000.0
+
+
+def peers(laptop_path: str) -> PeerList:
+    """~peers of robot1: laptop (127.0.0.2) on laptop_path, base (127.0.0.3) direct."""
+    msg = PeerList()
+    msg.header.stamp = rospy.Time.now()
+    msg.self_peer = Peer(name="robot1", dns_name="robot1.fleet.internal", addresses=["100.64.0.1"], online=True,
+                         path=Peer.PATH_SELF)
+    msg.peers = [Peer(name="laptop", dns_name="laptop.fleet.internal", addresses=["127.0.0.2"], online=True,
+                      active=True, path=laptop_path),
+                 Peer(name="base", dns_name="base.fleet.internal", addresses=["127.0.0.3"], online=True,
+                      active=True, path=Peer.PATH_DIRECT)]
+    return msg
+
+
+class LinkAwareTiers(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.lock = threading.Lock()
+        cls.states = {}
+        cls.directory = None
+        cls.pictures = {DIRECT: [], RELAYED: []}
+        cls.peers_pub = rospy.Publisher(PEERS, PeerList, queue_size=1, latch=True)
+        cls.peers_pub.publish(peers(Peer.PATH_DERP))
+        for topic in (CAM, FULL):
+            rospy.Subscriber(topic + "/stream_state", StreamState, cls._on_state, callback_args=topic)
+        rospy.Subscriber(CAM + "/tiers", TierDirectory, cls._on_directory)
+        for viewer in (DIRECT, RELAYED):
+            rospy.Subscriber(viewer + "/image", Image, cls._on_picture, callback_args=viewer)
+
+    @classmethod
+    def _on_state(cls, msg, topic):
+        with cls.lock:
+            cls.states[topic] = msg
+
+    @classmethod
+    def _on_directory(cls, msg):
+        with cls.lock:
+            cls.directory = msg
+
+    @classmethod
+    def _on_picture(cls, msg, viewer):
+        with cls.lock:
+            cls.pictures[viewer].append(time.monotonic())
+
+    def state(self, topic):
+        with self.lock:
+            return self.states.get(topic)
+
+    def entries(self):
+        with self.lock:
+            d = self.directory
+        return {e.node: (e.tier, e.topic, e.path) for e in d.entries} if d else {}
+
+    def subscribers(self, topic):
+        st = self.state(topic)
+        return sorted(s.node for s in st.subscribers) if st else []
+
+    def rate(self, viewer, seconds):
+        now = time.monotonic()
+        with self.lock:
+            return sum(1 for t in self.pictures[viewer] if t > now - seconds) / seconds
+
+    def test_1_direct_and_relayed_viewers_get_their_own_tier_at_once(self):
+        want = {DIRECT: ("full", FULL, "direct"), RELAYED: ("fitted", CAM, "derp")}
+        wait_for(f"the directory to send each viewer to its tier ({want})",
+                 lambda: all(self.entries().get(n) == w for n, w in want.items()), 40)
+        wait_for("each tier's stream_state to name only its own viewer",
+                 lambda: self.subscribers(FULL) == [DIRECT] and self.subscribers(CAM) == [RELAYED], 30)
+        # the fitted tier fits the derp budget; the full one has none and keeps the top quality
+        wait_for("the fitted tier to settle within its derp budget",
+                 lambda: 0.0 < self.state(CAM).bitrate_kbps <= 1.3 * DERP_BUDGET_KBPS, 30)
+        full, fitted = self.state(FULL), self.state(CAM)
+        self.assertEqual((full.tier, fitted.tier), ("full", "fitted"))
+        self.assertTrue(math.isnan(full.budget_kbps), full)
+        self.assertEqual(full.quality, 90)
+        self.assertEqual(fitted.budget_kbps, DERP_BUDGET_KBPS)
+        self.assertEqual((fitted.limited_by, fitted.reason), ("laptop", "path derp"))
+        self.assertEqual([s.wanted_tier for s in full.subscribers], ["full"])
+        self.assertEqual([s.wanted_tier for s in fitted.subscribers], ["fitted"])
+        self.assertEqual(sorted(full.tier_topics), sorted([CAM, FULL]))
+        # both viewers decode pictures at the same time, the direct one far more bits of them
+        wait_for("both viewers to show pictures over the last 2 s",
+                 lambda: self.rate(DIRECT, 2.0) >= 5.0 and self.rate(RELAYED, 2.0) > 0.0, 30)
+        wait_for("the full tier to send more than twice the fitted tier's bitrate",
+                 lambda: self.state(FULL).bitrate_kbps > 2.0 * self.state(CAM).bitrate_kbps, 20)
+        print(f"full tier: {self.state(FULL).bitrate_kbps:.0f} kbit/s at quality {self.state(FULL).quality}, "
+              f"{self.state(FULL).output_rate_hz:.1f} Hz; fitted tier: {self.state(CAM).bitrate_kbps:.0f} kbit/s "
+              f"at quality {self.state(CAM).quality}, {self.state(CAM).output_rate_hz:.1f} Hz; viewers "
+              f"{self.rate(DIRECT, 2.0):.1f} / {self.rate(RELAYED, 2.0):.1f} pictures/s", flush=True)
+
+    def test_2_a_path_that_turns_direct_moves_its_viewer_to_the_full_tier(self):
+        self.peers_pub.publish(peers(Peer.PATH_DIRECT))
+        wait_for("the directory to send the laptop's viewer to the full tier",
+                 lambda: self.entries().get(RELAYED) == ("full", FULL, "direct"), 30)
+        wait_for("both viewers on the full tier and the fitted tier without subscribers",
+                 lambda: self.subscribers(FULL) == [DIRECT, RELAYED] and self.subscribers(CAM) == [], 30)
+        n = len(self.pictures[RELAYED])
+        wait_for("the moved viewer to show pictures from the full tier", lambda: len(self.pictures[RELAYED]) >= n + 10,
+                 20)
+        self.assertEqual(self.state(CAM).reason, "no subscribers")
+
+
+if __name__ == "__main__":
+    rospy.init_node("link_aware_tiers_check")
+    rostest.rosrun("overlay_manager", "link_aware_tiers", LinkAwareTiers, sys.argv)
