@@ -99,4 +99,5 @@ def test_every_stage_is_known(sanitize: Run):
 
 
 def test_the_lists_are_found():
-    assert {"test_h264_codec", "test_image_rules"} <= set(GTESTS) and len(FUZZERS) == 4, (GTESTS, FUZZERS)
+    assert {"test_h264_codec", "test_image_rules", "test_topic_shaping"} <= set(GTESTS) and \
+        {"fuzz_h264_decode", "fuzz_image_decode", "fuzz_shaped_decode"} <= set(FUZZERS), (GTESTS, FUZZERS)
