@@ -284,15 +284,22 @@ def campus(args: argparse.Namespace, wanted: Sequence[str]) -> Dict[str, List[Di
             if "flaps" in wanted:
                 res["flaps"].append(flaps(lab, tr, args.flaps))
         except BaseException as exc:
-            say(f"failed: {type(exc).__name__}: {exc}")
-            robots.print_launch_logs(lab, [ROBOT, LAPTOP])
-            for k in wanted:
-                res[k].append({"scenario": k, "error": f"{type(exc).__name__}: {exc}"})
+            record_failure(lab, [ROBOT, LAPTOP], wanted, res, exc)
             if not isinstance(exc, Exception):
                 raise
         finally:
             tr.stop()
     return res
+
+
+def record_failure(lab: Lab, hosts: List[str], wanted: Sequence[str], res: Dict[str, List[Dict[str, Any]]],
+                   exc: BaseException) -> None:
+    """A scenario run that stopped on `exc`: says so, prints the hosts' launch logs and records the
+    error as one result of every wanted scenario (the report shows it instead of a gap)."""
+    say(f"failed: {type(exc).__name__}: {exc}")
+    robots.print_launch_logs(lab, hosts)
+    for k in wanted:
+        res[k].append({"scenario": k, "error": f"{type(exc).__name__}: {exc}"})
 
 
 def flaps(lab: Lab, tr: Traffic, count: int) -> Dict[str, Any]:
@@ -358,10 +365,7 @@ def derp_home(args: argparse.Namespace, wanted: Sequence[str]) -> Dict[str, List
                     say(f"{name} run {i + 1}: home {region} -> {r['home_after']}, camera back "
                         f"{r['camera_back_s']} s, Twist back {r['twist_back_s']} s")
         except BaseException as exc:
-            say(f"failed: {type(exc).__name__}: {exc}")
-            robots.print_launch_logs(lab, [robot, op])
-            for k in wanted:
-                res[k].append({"scenario": k, "error": f"{type(exc).__name__}: {exc}"})
+            record_failure(lab, [robot, op], wanted, res, exc)
             if not isinstance(exc, Exception):
                 raise
         finally:
