@@ -36,6 +36,7 @@ from typing import (
 )
 
 from overlay_manager.core.identity import HostMatcher, is_loopback, normalise_host, short_label
+from overlay_manager.core.link_shaping import Shaping
 from overlay_manager.core.peers import (
     PATH_DERP,
     PATH_DIRECT,
@@ -232,7 +233,8 @@ class TopicLink:
 
     Hosts are short machine names ("" = not an overlay machine). path is one of peers.PATHS,
     ``self`` for a connection inside one machine, ``unknown`` when this machine cannot see it.
-    bytes_per_second is NaN until two samples of the publisher's counter exist.
+    bytes_per_second is NaN until two samples of the publisher's counter exist. shaping is what
+    a shaped stream gives this subscriber (``core.link_shaping``; None: not shaped, or not known).
     """
 
     topic: Topic
@@ -245,6 +247,7 @@ class TopicLink:
     path: str
     endpoint: str = ""
     bytes_per_second: float = math.nan
+    shaping: Optional[Shaping] = None
 
     def sort_key(self) -> Tuple[str, str, str, str, str]:
         """Order of TopicLinkList.links: topic, publisher host, subscriber host, then nodes."""

@@ -204,9 +204,10 @@ class TopicMapper:
         self.self_names = tuple(self_names)
         self.aliases = dict(aliases or {})
         self._rates = RateTracker()
-        self._lock = threading.Lock()          # guards _links, _error and _built (plain values)
+        self._lock = threading.Lock()          # guards _links, _state, _error and _built (plain values)
         self._build_lock = threading.Lock()    # one build at a time (the rate tracker is not shared)
         self._links: List[TopicLink] = []
+        self._state: Optional[SystemState] = None
         self._error = ""
         self._built = False
 
@@ -232,13 +233,19 @@ class TopicMapper:
             rates = self._rates.update(sample.connections, sample.monotonic, sample.read_at)
             links = build_links(sample.state, sample.uris, sample.connections, machines, rates)
             with self._lock:
-                self._links, self._error, self._built = links, "", True
+                self._links, self._state, self._error, self._built = links, sample.state, "", True
             return links
 
     def links(self) -> List[TopicLink]:
         """The latest map (local links included; empty before the first build)."""
         with self._lock:
             return list(self._links)
+
+    @property
+    def state(self) -> Optional[SystemState]:
+        """The master's system state of the latest successful build (None before one)."""
+        with self._lock:
+            return self._state
 
     @property
     def error(self) -> str:

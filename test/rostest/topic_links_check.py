@@ -3,7 +3,8 @@
 
 See topic_links.test for the machines: /camera on robotb (127.0.0.2) publishes /chatter to /viewer
 on this machine robota (127.0.0.1), whose path the fake tailscaled reports direct at
-10.250.0.3:41641; /local_talker -> /viewer stays inside robota.
+10.250.0.3:41641; /local_talker -> /viewer stays inside robota. /shaper on robotb publishes
+/points/shaped to /viewer and its stream_state; /far_shaper on robotc one that nobody reads.
 """
 import math
 import socket
@@ -15,6 +16,7 @@ import xmlrpc.client
 import rosgraph
 import rospy
 import rostest
+from std_msgs.msg import String
 
 from overlay_manager.msg import TopicLinkList
 from overlay_manager.srv import GetTopicLinks
@@ -30,6 +32,16 @@ def wait_for(what, predicate, timeout=30.0, describe=lambda: ""):
 
 def by_pair(links):
     return {(link.topic, link.publisher_node, link.subscriber_node): link for link in links}
+
+
+SHAPED = ("/points/shaped", "/shaper", "/viewer")
+STATE = "/points/shaped/stream_state"
+
+
+def subscribers_of(topic):
+    """Caller ids the master lists as subscribers of topic."""
+    state = xmlrpc.client.ServerProxy(rosgraph.get_master_uri()).getSystemState("/topic_links_check")[2]
+    return next((nodes for name, nodes in state[1] if name == topic), [])
 
 
 class TopicLinks(unittest.TestCase):
@@ -81,6 +93,55 @@ class TopicLinks(unittest.TestCase):
         self.assertTrue(all(not link.local for link in msg.links))
         keys = [(link.topic, link.publisher_host, link.subscriber_host) for link in msg.links]
         self.assertEqual(keys, sorted(keys))
+
+    def shaping_of(self, key):
+        """(shaping_state, link) of one connection in a fresh map (link None when not listed)."""
+        link = by_pair(self.call()).get(key)
+        return (link.shaping_state if link else None), link
+
+    def test_shaped_link_says_what_the_subscriber_gets(self):
+        last = []
+
+        def ready():
+            last[:] = [self.shaping_of(SHAPED)]
+            return last[0][1] if last[0][0] == STATE else None
+
+        link = wait_for(f"{SHAPED} with the shaping of {STATE}", ready, describe=lambda: last)
+        sub = link.shaping
+        self.assertEqual((sub.node, sub.tier, sub.codec, sub.rate_hz, sub.budget_kbps, sub.path),
+                         ("/viewer", "fitted", "zstd", 2.0, 800.0, "derp"))
+        self.assertEqual((link.shaping_format, link.shaping_reason), ("std_msgs/String; zstd; 1.00:1", "path derp"))
+        self.assertEqual((link.path, link.publisher_host), ("direct", "robotb"))  # this machine's view stays
+        plain = by_pair(self.call())[("/chatter", "/camera", "/viewer")]
+        self.assertEqual((plain.shaping_state, plain.shaping.tier), ("", ""))
+        self.assertTrue(math.isnan(plain.shaping.rate_hz) and math.isnan(plain.shaping.budget_kbps))
+        # the latched topic carries it too
+        wait_for("~topic_links with the shaping", lambda: "msg" in self.latest and by_pair(
+            self.latest["msg"].links).get(SHAPED, link).shaping_state == STATE)
+        # followed: the stream read here; not followed: the one nobody reads (its /rosout still
+        # reaches this machine's rosout)
+        node = NS.rstrip("/")
+        self.assertIn(node, subscribers_of(STATE))
+        self.assertNotIn(node, subscribers_of("/far/points/shaped/stream_state"))
+        self.assertIn("/far/points/shaped/stream_state", dict(rosgraph.Master("/t").getPublishedTopics("")))
+
+    def test_stream_state_that_goes_away_is_unfollowed(self):
+        wait_for(f"{SHAPED} shaped", lambda: self.shaping_of(SHAPED)[0] == STATE)
+        control = rospy.Publisher("/shaper/control", String, queue_size=1, latch=True)
+        node = NS.rstrip("/")
+        try:
+            wait_for("/shaper connected to the control topic", lambda: control.get_num_connections() > 0)
+            control.publish(String(data="drop"))
+            wait_for(f"{node} no longer subscribed to {STATE} and {SHAPED} without shaping",
+                     lambda: node not in subscribers_of(STATE) and self.shaping_of(SHAPED)[0] == "",
+                     describe=lambda: (subscribers_of(STATE), self.shaping_of(SHAPED)[0]))
+            control.publish(String(data="advertise"))
+            wait_for(f"{SHAPED} shaped again after {STATE} came back",
+                     lambda: self.shaping_of(SHAPED)[0] == STATE and node in subscribers_of(STATE),
+                     describe=lambda: (subscribers_of(STATE), self.shaping_of(SHAPED)[0]))
+        finally:
+            control.publish(String(data="advertise"))
+            control.unregister()
 
     def test_hung_node_does_not_stall_the_map(self):
         # a "node" whose XML-RPC port accepts connections and never answers, on machine robotc
