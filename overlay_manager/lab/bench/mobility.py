@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import threading
 import time
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence
@@ -47,6 +48,7 @@ from overlay_manager.lab.bench.mobility_report import (
     longest_gap_after,
     markdown,
     peer_is,
+    ping_reply_times,
     summarise,
 )
 from overlay_manager.lab.campus import robots
@@ -89,6 +91,20 @@ class Traffic:
         self.rec: Optional[robots.Recorder] = None
         self.rec_robot: Optional[robots.Recorder] = None
         self.stream = RAW
+        self.ping_log: Optional[Path] = None
+
+    def start_overlay_ping(self) -> None:
+        """A 100 Hz ICMP echo from the viewer to the robot's overlay address (``ping -D``, its
+        replies' wall-clock times go to a log file): the overlay's own gaps, without TCP."""
+        self.ping_log = Path(self.lab.host_dir(self.viewer)) / "overlay-ping.log"
+        self.procs.append(self.lab.popen(self.viewer, ["ping", "-D", "-n", "-i", "0.01", "-W", "1",
+                                                       self.lab.overlay_ip(self.robot)], log=self.ping_log))
+
+    def overlay_replies(self, wall_minus_mono: float) -> List[float]:
+        """Monotonic times of the overlay ping's replies so far (empty without the ping)."""
+        if self.ping_log is None or not self.ping_log.exists():
+            return []
+        return ping_reply_times(self.ping_log.read_text(errors="replace").splitlines(), wall_minus_mono)
 
     def start(self) -> None:
         """robot.launch on both (robot first: the master), camera and echo, then the recorders."""
@@ -108,6 +124,7 @@ class Traffic:
         self.rec_robot = robots.Recorder(lab, self.robot, nodes=[overlay_node(self.robot)], name="mobility-robot")
         self.rec.wait("the first camera message", lambda e: e["ev"] == "frame", timeout=90)
         self.rec.wait("the first Twist echo", lambda e: e["ev"] == "echo", timeout=60)
+        self.start_overlay_ping()
 
     def stop(self) -> None:
         """Stop the recorders and everything started, by pid."""
@@ -202,12 +219,14 @@ class Traffic:
         echo_t = [e["t"] for e in echoes]
         rtts = [e["rtt_ms"] for e in echoes if t_act - before_s <= e["t"] < t_end]
         rok = first_after(self.rec_robot.events, t_act, rpred) if rpred else None
+        pings = self.overlay_replies(rec["t_wall"] - rec["t_mono"])
         out: Dict[str, Any] = {
             "scenario": name, "action": rec, "stream": self.stream,
             "camera_gap_s": longest_gap_after(frames, t_act, t_end),
             "camera_back_s": back_after(frames, t_act, t_end),
             "twist_gap_s": longest_gap_after(echo_t, t_act, t_end),
             "twist_back_s": back_after(echo_t, t_act, t_end),
+            "overlay_gap_s": longest_gap_after(pings, t_act, t_end) if pings else None,
             "twist": {"echoes": len(rtts), "expected": int((window_s + before_s) * TWIST_HZ),
                       **latency_stats(rtts, "rtt")},
             "peers_s": round(ok["t"] - t_act, 2) if ok else None,
@@ -222,7 +241,8 @@ class Traffic:
         out["connections"] = [e["connections"] for e in self.rec.events if e["ev"] == "conns" and e["t"] <= t_end][-1:]
         if errors:
             out["error"] = "; ".join(errors)
-        say(f"{name}: Twist gap {out['twist_gap_s']} s, camera gap {out['camera_gap_s']} s, ~peers right "
+        say(f"{name}: Twist gap {out['twist_gap_s']} s, camera gap {out['camera_gap_s']} s, overlay (ICMP) gap "
+            f"{out['overlay_gap_s']} s, ~peers right "
             f"{out['peers_s']} s (robot {out['robot_peers_s']} s), same connections {out['same_connections']}"
             + (f"; {out['error']}" if errors else ""))
         return out
@@ -308,13 +328,32 @@ def flaps(lab: Lab, tr: Traffic, count: int) -> Dict[str, Any]:
     pids = {h: tr.node_pid(h) for h in (ROBOT, LAPTOP)}
     before = {h: proc_usage(p) for h, p in pids.items()}
     holder: Dict[str, Any] = {}
+    series: List[Dict[str, Any]] = []   # the nodes' RSS and threads every 10 s while it flaps
+    done = threading.Event()
+    t_start = time.monotonic()
+
+    def sample() -> None:
+        while not done.wait(10.0):
+            try:
+                series.append({"t_s": round(time.monotonic() - t_start, 1),
+                               **{h: proc_usage(p) for h, p in pids.items()}})
+            except OSError as exc:  # a node gone: the series ends, the report says why
+                series.append({"t_s": round(time.monotonic() - t_start, 1), "error": str(exc)})
+                return
+
+    sampler = threading.Thread(target=sample, name="flaps-usage", daemon=True)
+    sampler.start()
 
     def action() -> Dict[str, Any]:
         recs = lab.flap(ROBOT, "link", count, 2.0, 1.0)
         holder["records"] = recs
         return recs[0]
 
-    r = tr.event("flaps", action, "", robot_expect="", window_s=2.0 * count + 10.0)
+    try:
+        r = tr.event("flaps", action, "", robot_expect="", window_s=2.0 * count + 10.0)
+    finally:
+        done.set()
+        sampler.join(timeout=5.0)
     recs = holder.get("records", [])
     t_last = recs[-1]["t_mono"] if recs else r["action"]["t_mono"]
     assert tr.rec is not None
@@ -328,6 +367,7 @@ def flaps(lab: Lab, tr: Traffic, count: int) -> Dict[str, Any]:
                                 else round(back["t"] - t_last, 2) if back else None),
         "camera_hz_5_to_10_s_after_last": round(len([t for t in frames if t_last + 5 <= t < t_last + 10]) / 5.0, 1),
         "usage_before": before, "usage_after": {h: proc_usage(p) for h, p in pids.items()},
+        "usage_series": series,
     })
     keys = ("direct_after_last_s", "camera_hz_5_to_10_s_after_last", "usage_before", "usage_after")
     say(f"flaps: {json.dumps({k: r[k] for k in keys})}")

@@ -7,6 +7,9 @@ ids) and the Twist round trip (probe control: echo gaps, connection ids):
 ``camera_gap_s``   the longest interval between consecutive camera messages that ends after the
                    action (the interval the action falls into counts: the stream's stop).
 ``twist_gap_s``    the same for the echoes of the 50 Hz Twist round trip.
+``overlay_gap_s``  the same for the replies of a 100 Hz ICMP echo laptop -> robot over the overlay
+                   (``ping -D -i 0.01`` to the robot's overlay address): when the overlay itself
+                   carried packets again, without TCP's retransmission schedule on top.
 ``peers_s``        seconds from the action until the node's ~peers shows the expected path (and
                    endpoint address, where one is expected); None = not within the window.
 ``same_connections`` True when the ROS connections (ids rospy gives each new connection) of the
@@ -17,11 +20,27 @@ Times are CLOCK_MONOTONIC seconds, the same clock in every namespace.
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, Optional, Sequence
+import re
+from typing import Any, Callable, Dict, List, Optional, Sequence
 
 from overlay_manager.core.stats import percentile
 
 Event = Dict[str, Any]
+
+_PING_REPLY = re.compile(r"^\[(\d+\.\d+)\] \d+ bytes from .*icmp_seq=(\d+)")
+
+
+def ping_reply_times(lines: Sequence[str], wall_minus_mono: float) -> List[float]:
+    """The CLOCK_MONOTONIC times (s) of the echo replies in ``ping -D`` output lines: ``-D``
+    prints the wall-clock time of each reply; ``wall_minus_mono`` (s) is the wall clock minus the
+    monotonic clock at one moment (an action record's ``t_wall - t_mono``). Other lines (no
+    answer, statistics) are skipped."""
+    out: List[float] = []
+    for line in lines:
+        m = _PING_REPLY.match(line.strip())
+        if m:
+            out.append(float(m.group(1)) - wall_minus_mono)
+    return out
 
 
 def longest_gap_after(times: Sequence[float], t_action: float, t_end: float) -> Optional[float]:
@@ -99,7 +118,8 @@ def summarise(runs: Sequence[Dict[str, Any]]) -> Dict[str, Any]:
     """Runs of one scenario -> count, p50/p95/max of each gap and ``peers_s`` (None values are
     counted as ``missing``), runs with the same connections, errors."""
     out: Dict[str, Any] = {"runs": len(runs), "errors": [r["error"] for r in runs if r.get("error")]}
-    for key in ("twist_gap_s", "camera_gap_s", "peers_s", "robot_peers_s", "camera_back_s", "twist_back_s"):
+    for key in ("twist_gap_s", "camera_gap_s", "overlay_gap_s", "peers_s", "robot_peers_s", "camera_back_s",
+                "twist_back_s"):
         vals = [r[key] for r in runs if r.get(key) is not None]
         out[key] = {"p50": _r(percentile(vals, 50)), "p95": _r(percentile(vals, 95)),
                     "max": _r(max(vals)) if vals else None, "missing": len(runs) - len(vals)}
@@ -122,10 +142,12 @@ def markdown(summary: Dict[str, Dict[str, Any]]) -> str:
         return txt + (f" ({d['missing']} missing)" if d.get("missing") else "")
 
     lines = ["| scenario | runs | Twist gap s p50 / p95 / max | camera gap s p50 / p95 / max "
+             "| overlay (ICMP) gap s p50 / p95 / max "
              "| laptop ~peers right s p50 / p95 / max | robot ~peers right s | same ROS connections | errors |",
-             "|---|---|---|---|---|---|---|---|"]
+             "|---|---|---|---|---|---|---|---|---|"]
     for name, s in summary.items():
         lines.append(f"| {name} | {s['runs']} | {cell(s, 'twist_gap_s')} | {cell(s, 'camera_gap_s')} | "
+                     f"{cell(s, 'overlay_gap_s')} | "
                      f"{cell(s, 'peers_s')} | {cell(s, 'robot_peers_s')} | {s['same_connections']} | "
                      f"{len(s['errors'])} |")
     return "\n".join(lines)

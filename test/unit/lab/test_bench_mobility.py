@@ -12,6 +12,7 @@ from overlay_manager.lab.bench.mobility_report import (
     longest_gap_after,
     markdown,
     peer_is,
+    ping_reply_times,
     summarise,
 )
 
@@ -86,6 +87,21 @@ class SummaryTest(unittest.TestCase):
         self.assertEqual(s["errors"], ["boom"])
         table = markdown({"direct-derp": s})
         self.assertIn("| direct-derp | 4 | 6.6 / 6.87 / 6.9 (1 missing) |", table)
+
+
+class PingTest(unittest.TestCase):
+    def test_replies_become_monotonic_times_and_the_rest_is_skipped(self) -> None:
+        lines = [
+            "PING 100.64.0.2 (100.64.0.2) 56(84) bytes of data.",
+            "[1764300000.100000] 64 bytes from 100.64.0.2: icmp_seq=1 ttl=64 time=2.10 ms",
+            "[1764300000.110000] no answer yet for icmp_seq=2",
+            "[1764300001.250000] 64 bytes from 100.64.0.2: icmp_seq=3 ttl=64 time=1.90 ms",
+            "--- 100.64.0.2 ping statistics ---",
+        ]
+        t = ping_reply_times(lines, 1764300000.0 - 50.0)
+        self.assertEqual(len(t), 2)
+        self.assertAlmostEqual(t[0], 50.1, places=6)
+        self.assertAlmostEqual(longest_gap_after(t, 50.5, 52.0), 1.15, places=6)
 
 
 if __name__ == "__main__":
