@@ -6,6 +6,7 @@ import shutil
 from overlay_manager.core.config import apply_overrides, load_robot_config
 from overlay_manager.monitor.overlay_monitor import OverlayMonitor
 from overlay_manager.monitor.readings import ERROR, OK, WARN
+from overlay_manager.system import iperf
 from overlay_manager.tailscaled.localapi import LocalAPI
 
 ROOT = os.path.join(os.path.dirname(__file__), "..", "..", "..")
@@ -116,14 +117,23 @@ def test_manage_hosts_entries_computed_not_written(fake_tailscaled, tmp_path):
     off.close()
 
 
-def test_measure_link_unknown_peer_is_clean_failure(fake_tailscaled, tmp_path):
+def test_measure_link_unknown_peer_is_clean_failure(fake_tailscaled, tmp_path, monkeypatch):
     m = _monitor(fake_tailscaled, tmp_path)
     m.poll()
     r = m.measure_link("ghost", 1, 1)
     assert not r.ok and "unknown peer" in r.message
     if shutil.which("iperf3"):
-        r = m.measure_link("robotb", 1, 1)  # 100.64.0.2 is not reachable here
-        assert not r.ok and r.message
+        # 100.64.0.2 is not reachable here: with a default route iperf3 3.12 waits for the SYN's
+        # answer whatever --connect-timeout says, until run_iperf's bound (duration + 15 s) kills
+        # it. The same path with a 2 s bound: the real iperf3 is started, killed, and reported.
+        real_run_iperf = iperf.run_iperf
+
+        def bounded(ip, port, duration_s, udp_mbps=None, timeout_s=None):
+            return real_run_iperf(ip, port, duration_s, udp_mbps, timeout_s=min(timeout_s or 2.0, 2.0))
+
+        monkeypatch.setattr(iperf, "run_iperf", bounded)
+        r = m.measure_link("robotb", 1, 1)
+        assert not r.ok and r.message.startswith("robotb: "), r.message
     m.close()
 
 
