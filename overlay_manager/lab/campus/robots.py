@@ -64,9 +64,35 @@ def _python() -> str:
     return sys.executable if sys.executable.startswith("/usr/bin") else "/usr/bin/python3"
 
 
+_OVERLAY_ENV: List[str] = []   # the executable ``rosrun overlay_manager overlay_env`` runs, once found
+
+
+def overlay_env_executable() -> str:
+    """The file ``rosrun overlay_manager overlay_env`` executes (asked from rosrun itself, once per
+    process), or "" when rosrun cannot say (callers then run rosrun each time). rosrun's own search
+    costs about 2.5 s a call on 2 cores (catkin_find three times, a find over the package), and
+    every probe and lab tool starts with overlay_env: the lab resolves it once, the robots' own
+    start line (:func:`launch_command`) keeps rosrun as a user types it."""
+    if not _OVERLAY_ENV:
+        try:
+            res = subprocess.run(["rosrun", "--prefix", "echo", "overlay_manager", "overlay_env"],
+                                 capture_output=True, text=True, timeout=60, check=False)
+            lines = res.stdout.strip().splitlines()
+            found = lines[-1].strip() if res.returncode == 0 and lines else ""
+        except (OSError, subprocess.TimeoutExpired):
+            found = ""
+        if not (found.startswith("/") and Path(found).is_file()):
+            return ""
+        _OVERLAY_ENV.append(found)
+    return _OVERLAY_ENV[0]
+
+
 def overlay_env_line(lab: Lab, host: str) -> str:
-    """``eval "$(rosrun overlay_manager overlay_env --config ...)"``: the host's ROS env in overlay names."""
-    return f'eval "$(rosrun overlay_manager overlay_env --config {shlex.quote(str(lab.robot_yaml(host)))})"'
+    """``eval "$(rosrun overlay_manager overlay_env --config ...)"`` (with the executable rosrun
+    finds, :func:`overlay_env_executable`): the host's ROS env in overlay names."""
+    exe = overlay_env_executable()
+    cmd = shlex.quote(exe) if exe else "rosrun overlay_manager overlay_env"
+    return f'eval "$({cmd} --config {shlex.quote(str(lab.robot_yaml(host)))})"'
 
 
 def start_tool(lab: Lab, host: str, module_args: Sequence[str], name: str,
