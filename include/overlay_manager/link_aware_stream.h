@@ -54,8 +54,9 @@ struct StreamOptions
   /// largest picture encoded (max_width, max_height, max_pixels); a bigger frame is refused
   ImageLimits limits;
   /// ~tiers: serve a full tier (<topic>/full, for subscribers whose path has no budget) beside the
-  /// fitted one (<topic>); the transports' subscriber plugin reads <topic>/tiers and switches
-  bool tiers = false;
+  /// fitted one (<topic>); the transports' subscriber plugin reads <topic>/tiers and switches.
+  /// false: one stream on <topic>, fitted to every subscriber.
+  bool tiers = true;
 };
 
 /// ~host_aliases (a mapping host -> machine short name, as the overlay node's); throws ParamError
