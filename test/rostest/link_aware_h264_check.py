@@ -314,7 +314,8 @@ class LinkAwareH264(unittest.TestCase):
             self.peers_pub.publish(peers_msg(Peer.PATH_DERP))
             wait_for("the full tier's video bitrate for this node on derp (0.8 x 1000 kbit/s)",
                      lambda: [s for s in self.states_since(t_change, FULL) if s.video_bitrate_kbps == DERP_VIDEO_KBPS])
-            wait_for("the viewer on the fitted tier (its path is derp now)", lambda: self.subscribers(H264) == ["/viewer"])
+            wait_for("the viewer on the fitted tier (its path is derp now)",
+                     lambda: self.subscribers(H264) == ["/viewer"])
             time.sleep(1.0)
             t_derp = time.monotonic()
             time.sleep(3.0)

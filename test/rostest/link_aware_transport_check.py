@@ -132,7 +132,8 @@ class LinkAwareTransport(unittest.TestCase):
             st = wait_for("the driver plugin's fitted tier lowering quality for the laptop on derp",
                           lambda: self._with_path(CAM, Peer.PATH_DERP, lambda s: s.quality < 90), timeout=20)
             self.assertEqual(st.topic, CAM + "/link_aware")
-            self.assertEqual([(x.node, x.tier, x.wanted_tier) for x in st.subscribers], [("/viewer", "fitted", "fitted")])
+            self.assertEqual([(x.node, x.tier, x.wanted_tier) for x in st.subscribers],
+                             [("/viewer", "fitted", "fitted")])
             self.assertEqual((st.limited_by, st.reason), ("laptop", "path derp"))
             self.assertAlmostEqual(st.budget_kbps, 4000.0)
             n = len(got)
