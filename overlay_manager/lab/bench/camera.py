@@ -288,7 +288,10 @@ def tier_run(bench: CameraBench, kind: str, tiered: bool, seconds: float) -> Dic
     """Both viewers at once on the ``kind`` stream of a fresh republisher (``tiers`` on or off):
     per viewer its probe's row and Mbit/s; the encoder's CPU over the window both received in; the
     tiers' stream_state at the end."""
-    bench.start_encoder(6000.0, None if tiered else {"tiers": False}, "_tiers" if tiered else "_one")
+    # tiers given either way and in each stream's own namespace: the parameter server keeps what an
+    # earlier republisher loaded, and the republisher copies shared keys into the streams' namespaces
+    bench.start_encoder(6000.0, {"tiers": tiered, "link_aware": {"tiers": tiered},
+                                 "link_aware_h264": {"tiers": tiered}}, "_tiers" if tiered else "_one")
     if kind not in bench.streams:
         raise LabError(f"the republisher does not publish a {kind} stream ({bench.streams})")
     base = bench.streams[kind]
@@ -301,16 +304,17 @@ def tier_run(bench: CameraBench, kind: str, tiered: bool, seconds: float) -> Dic
         except LabError as exc:
             out[role + "_error"] = str(exc)
 
-    def states() -> None:
-        for topic in sorted(set(topics.values())):
-            try:
-                out["state " + topic] = robots.run_probe(bench.lab, ROBOT, ["collect", topic + "/stream_state",
-                                                                            "overlay_manager/StreamState",
-                                                                            "--seconds", "2"], timeout=60)
-            except LabError as exc:
-                say(f"no stream_state for {topic}: {exc}")
+    def states(topic: str) -> None:
+        try:
+            out["state " + topic] = robots.run_probe(bench.lab, ROBOT, ["collect", topic + "/stream_state",
+                                                                        "overlay_manager/StreamState",
+                                                                        "--seconds", f"{seconds + 3:g}"],
+                                                     timeout=seconds + 90)
+        except LabError as exc:
+            say(f"no stream_state for {topic}: {exc}")
 
     threads = [threading.Thread(target=view, args=(role,)) for role in TIER_VIEWERS]
+    threads += [threading.Thread(target=states, args=(topic,)) for topic in sorted(set(topics.values()))]
     for t in threads:
         t.start()
     sampler = camera_streams.CpuSampler(camera_streams.encoder_pids(bench.encoder) if bench.encoder else [])
@@ -319,7 +323,6 @@ def tier_run(bench: CameraBench, kind: str, tiered: bool, seconds: float) -> Dic
         time.sleep(0.5)
     for t in threads:
         t.join()
-    states()
     res: Dict[str, Any] = {"tiers": tiered, "topics": topics}
     windows = []
     for role in TIER_VIEWERS:
@@ -339,7 +342,7 @@ def tier_run(bench: CameraBench, kind: str, tiered: bool, seconds: float) -> Dic
     res["encoder_cpu_active_pct"] = sampler.pct()
     res["state"] = {}
     for topic in set(topics.values()):
-        msgs = [m for m in (out.get("state " + topic) or {}).get("msgs") or []]
+        msgs = [m for m in (out.get("state " + topic) or {}).get("msgs") or [] if m["subscribers"]]
         if msgs:
             last = msgs[-1]
             res["state"][topic] = {k: last.get(k) for k in ("tier", "quality", "video_bitrate_kbps", "rate_hz",
@@ -435,7 +438,8 @@ def render_tiers_markdown(data: Dict[str, Any]) -> str:
         parts = []
         for name, g in goals.items():
             verdict = {True: "met", False: "missed", None: "not measured"}[g["met"]]
-            parts.append(f"{name} {g['value']} (goal {'<=' if name.endswith(('mbit', 'ratio')) else '>='} "
+            value = round(g["value"], 2) if isinstance(g["value"], float) else g["value"]
+            parts.append(f"{name} {value} (goal {'<=' if name.endswith(('mbit', 'ratio')) else '>='} "
                          f"{g['goal']:g}): {verdict}")
         lines.append(f"\nGoals, {key}: " + "; ".join(parts) + ".")
     for err in m.get("errors") or []:
