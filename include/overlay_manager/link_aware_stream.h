@@ -47,7 +47,7 @@ struct StreamOptions
   double crf = 23.0;
   /// h264: the rate factor of a tier nothing limits (its subscribers' paths have no budget and no
   /// delivery cap: the full tier on self/direct paths), so it carries full quality; 0 = crf.
-  double full_crf = 17.0;
+  double full_crf = 16.0;
   PolicyParams policy;
   bool adapt_to_delivery = true;  ///< lower a subscriber's budget when its connection backs up
   double max_backlog_ms = 200.0;  ///< unsent bytes (in ms of stream) that count as backing up
