@@ -27,6 +27,10 @@ public:
   {
     const ImageCodecSettings s = settings_();
     const double kbps = admission.target_kbps;
+    // a tier nothing limits (no path budget, no delivery cap: the full tier of self/direct
+    // subscribers) gets full quality, full_crf, under the same bitrate cap (max_video_kbps)
+    const bool unlimited = std::isinf(admission.decision.budget_kbps);
+    const double crf = s.crf > 0.0 && unlimited && s.full_crf > 0.0 ? s.full_crf : s.crf;
     const uint8_t* pixels = image.data.data();
     size_t size = image.data.size();
     int step = static_cast<int>(image.step);
@@ -51,7 +55,7 @@ public:
     }
     // a new gop, or a switch between capped CRF and average bitrate, reopens the encoder (the next
     // packet is a keyframe); a new crf or bitrate applies on the fly
-    if (!encoder_.isOpen() || encoder_.params().gop != s.gop || (encoder_.params().crf > 0.0) != (s.crf > 0.0))
+    if (!encoder_.isOpen() || encoder_.params().gop != s.gop || (encoder_.params().crf > 0.0) != (crf > 0.0))
     {
       H264Params params;
       params.width = static_cast<int>(image.width);
@@ -59,7 +63,7 @@ public:
       params.fps = s.fps;
       params.bitrate_kbps = static_cast<int>(kbps);
       params.gop = s.gop;
-      params.crf = s.crf;
+      params.crf = crf;
       params.limits = s.limits;
       if (!encoder_.open(params, error))
       {
@@ -67,7 +71,7 @@ public:
         return sensor_msgs::CompressedImagePtr();
       }
       applied_kbps_ = static_cast<int>(kbps);
-      applied_crf_ = s.crf;
+      applied_crf_ = crf;
     }
     else
     {
@@ -76,10 +80,10 @@ public:
         encoder_.setBitrate(static_cast<int>(kbps));  // on the fly: the same encoder, no reopen
         applied_kbps_ = static_cast<int>(kbps);
       }
-      if (s.crf != applied_crf_)
+      if (crf != applied_crf_)
       {
-        encoder_.setCrf(s.crf);  // on the fly as well (x264_encoder_reconfig)
-        applied_crf_ = s.crf;
+        encoder_.setCrf(crf);  // on the fly as well (x264_encoder_reconfig)
+        applied_crf_ = crf;
       }
     }
     if (admission.keyframe)

@@ -14,8 +14,8 @@
 //                                      (format "h264"), bitrate from the same budgets (~h264, default true)
 //   image/link_aware_h264/stream_state  its decisions
 //   image/link_aware/full, image/link_aware_h264/full (+ /stream_state) and <stream>/tiers
-//                                      with the streams' tiers parameter on: the full tier and the
-//                                      tier directory (docs/camera.md, "Shaping core and tiers")
+//                                      the full tier and the tier directory (the streams' tiers
+//                                      parameter, default true; docs/camera.md, "Shaping core and tiers")
 //
 // One publisher per topic: before advertising an output, and every ~check_period while running, it
 // asks the master who else publishes it; when another node does (a camera driver using image_transport

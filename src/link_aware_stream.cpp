@@ -46,6 +46,10 @@ StreamOptions readStreamOptions(const ros::NodeHandle& pnh, const std::string& f
   if (!(o.crf >= 0.0 && o.crf <= 51.0))
     throw ParamError(ns + "/crf: x264's rate factor must be in [0, 51] (0 = average bitrate), got " +
                      std::to_string(o.crf));
+  o.full_crf = pnh.param("full_crf", o.full_crf);
+  if (!(o.full_crf >= 0.0 && o.full_crf <= 51.0))
+    throw ParamError(ns + "/full_crf: x264's rate factor must be in [0, 51] (0 = crf), got " +
+                     std::to_string(o.full_crf));
   PolicyParams& p = o.policy;
   p.max_video_kbps = pnh.param("max_video_kbps", p.max_video_kbps);
   p.min_video_kbps = pnh.param("min_video_kbps", p.min_video_kbps);
@@ -176,6 +180,7 @@ ImageCodecSettings LinkAwareStream::codecSettings() const
   s.png_level = options_.png_level;
   s.gop = options_.gop;
   s.crf = options_.crf;
+  s.full_crf = options_.full_crf;
   s.fps = options_.policy.max_rate_hz;
   s.limits = options_.limits;
   return s;
@@ -187,6 +192,7 @@ void LinkAwareStream::applySettings(const StreamOptions& updated)
     std::lock_guard<std::mutex> lock(mutex_);
     options_.policy = updated.policy;
     options_.crf = updated.crf;
+    options_.full_crf = updated.full_crf;
     options_.gop = updated.gop;
     options_.png_level = updated.png_level;
     options_.adapt_to_delivery = updated.adapt_to_delivery;

@@ -18,7 +18,7 @@
 // encoder's bitrate follows the budget on the fly; a new subscriber gets a keyframe with the next
 // frame; while a subscriber's connection is backed up frames are not encoded at all (decodable).
 //
-// Tiers (the stream parameter `tiers`): the publisher also advertises <transport topic>/full, and
+// Tiers (the stream parameter `tiers`, default true): the publisher also advertises <transport topic>/full, and
 // the subscriber follows the stream's directory (<transport topic>/tiers) to the tier its path
 // calls for (LinkAwareSubscriberBase).
 #include "overlay_manager/link_aware_stream.h"

@@ -88,6 +88,7 @@ void toOptions(LinkAwareH264Config& c, StreamOptions* o)
   commonToOptions(c, o);
   c.min_video_kbps = std::min(c.min_video_kbps, c.max_video_kbps);
   o->crf = c.crf;
+  o->full_crf = c.full_crf;
   o->gop = c.gop;
   o->policy.max_video_kbps = c.max_video_kbps;
   o->policy.min_video_kbps = c.min_video_kbps;
@@ -103,6 +104,7 @@ void fromOptions(const StreamOptions& o, LinkAwareH264Config* c)
 {
   commonFromOptions(o, c);
   c->crf = o.crf;
+  c->full_crf = o.full_crf;
   c->gop = o.gop;
   c->max_video_kbps = o.policy.max_video_kbps;
   c->min_video_kbps = o.policy.min_video_kbps;

@@ -24,6 +24,7 @@ struct ImageCodecSettings
   int png_level = 3;            ///< zlib level 1..9 (png)
   int gop = 30;                 ///< h264: keyframe interval (frames)
   double crf = 23.0;            ///< h264: capped CRF (0 = average bitrate); H264Params::crf
+  double full_crf = 16.0;       ///< h264: crf of a tier nothing limits (no budget, no cap); 0 = crf
   double fps = 30.0;            ///< h264: the stream's frame rate cap (the encoder's time base)
   ImageLimits limits;           ///< largest picture encoded
 };

@@ -45,6 +45,9 @@ struct StreamOptions
   /// h264: x264's constant rate factor under the bitrate cap ("capped CRF"; 0 = average bitrate
   /// at the cap instead). See H264Params::crf.
   double crf = 23.0;
+  /// h264: the rate factor of a tier nothing limits (its subscribers' paths have no budget and no
+  /// delivery cap: the full tier on self/direct paths), so it carries full quality; 0 = crf.
+  double full_crf = 16.0;
   PolicyParams policy;
   bool adapt_to_delivery = true;  ///< lower a subscriber's budget when its connection backs up
   double max_backlog_ms = 200.0;  ///< unsent bytes (in ms of stream) that count as backing up
@@ -54,8 +57,9 @@ struct StreamOptions
   /// largest picture encoded (max_width, max_height, max_pixels); a bigger frame is refused
   ImageLimits limits;
   /// ~tiers: serve a full tier (<topic>/full, for subscribers whose path has no budget) beside the
-  /// fitted one (<topic>); the transports' subscriber plugin reads <topic>/tiers and switches
-  bool tiers = false;
+  /// fitted one (<topic>); the transports' subscriber plugin reads <topic>/tiers and switches.
+  /// false: one stream on <topic>, fitted to every subscriber.
+  bool tiers = true;
 };
 
 /// ~host_aliases (a mapping host -> machine short name, as the overlay node's); throws ParamError
@@ -64,7 +68,7 @@ HostAliases readHostAliases(const ros::NodeHandle& pnh);
 
 /// Reads StreamOptions from `params` (format, png_level, max_rate, min_rate, max_quality, min_quality,
 /// budget_kbps_<path>, adapt_to_delivery, max_backlog_ms, state_period, peers_topic, tiers, max_width,
-/// max_height, max_pixels; h264: gop, crf, max_video_kbps, min_video_kbps, video_share). `format`
+/// max_height, max_pixels; h264: gop, crf, full_crf, max_video_kbps, min_video_kbps, video_share). `format`
 /// non-empty fixes the format (the h264 transport) instead of reading it. Throws ParamError naming
 /// the parameter.
 StreamOptions readStreamOptions(const ros::NodeHandle& params, const std::string& format = "");

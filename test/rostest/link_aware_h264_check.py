@@ -2,15 +2,20 @@
 """rostest: the link_aware_h264 transport inside a camera driver (see link_aware_h264.test).
 
 This node is the overlay node's ~peers (/robot1/overlay_manager/peers: this host 127.0.0.2 is the peer
-"laptop") and the checks: the image_transport viewer and the decoder nodelet get decoded pictures;
-a late subscriber decodes a picture within 1 s (the keyframe interval is 10 s, so only the keyframe
-on subscribe can give it); the bitrate follows the path on the fly (direct -> derp) without a new
-keyframe (the same encoder) while the viewer keeps its frame rate; a subscriber that stops reading
-(a raw TCPROS connection read at 40 KB/s, on a direct path) makes the stream back off (observed
-delivery, skipped frames), and every access unit it then reads continues the H.264 reference chain
-(frame_num) or starts at a keyframe: nothing a decoder would smear; a budget and crf changed through
-dynamic_reconfigure (what rqt_reconfigure does) reach the relayed stream's bitrate within 1 s with
-no frame gap over 200 ms at the viewer and no new keyframe.
+"laptop") and the checks. The stream has tiers (the default): the image_transport viewer follows the
+stream's directory to the full tier (<topic>/full) while its path is direct and to the fitted tier
+(<topic>) on derp, with no parameter of its own; the decoder nodelet and this node's rospy
+subscribers cannot switch and stay on the topic they subscribed to, which is fitted to them.
+Checks: both viewers get decoded pictures, each on the tier it should read; a late subscriber of
+the running tier decodes a picture within 1 s (the keyframe interval is 10 s, so only the keyframe
+on subscribe can give it); the bitrate follows the path on the fly (direct -> derp) on the same
+encoder (its frame counter's stream id unchanged, no new keyframe) for a subscriber that stays on
+its tier, while the moving viewer keeps its frame rate; a subscriber that stops reading (a raw
+TCPROS connection read at 40 KB/s, on a direct path) makes its tier back off (observed delivery,
+skipped frames) while the other tier's viewer is untouched, and every access unit it then reads
+continues the H.264 reference chain (frame_num) or starts at a keyframe: nothing a decoder would
+smear; a budget and crf changed through dynamic_reconfigure (what rqt_reconfigure does) reach the
+relayed viewer's tier within 1 s with no frame gap over 200 ms at the viewer and no new keyframe.
 """
 import socket
 import struct
@@ -33,7 +38,8 @@ from std_msgs.msg import Empty
 from overlay_manager.msg import Peer, PeerList, StreamState
 
 CAM = "/camera/image_raw"
-H264 = CAM + "/link_aware_h264"
+H264 = CAM + "/link_aware_h264"  # the fitted tier (plain subscribers, relayed viewers)
+FULL = H264 + "/full"            # the full tier (viewers on direct paths)
 PEERS = "/robot1/overlay_manager/peers"
 WIDTH, HEIGHT = 640, 480
 MAX_VIDEO_KBPS = 4000.0   # link_aware_h264.test
@@ -85,6 +91,22 @@ class Bits:
         while self.u(1) == 0:
             zeros += 1
         return (1 << zeros) - 1 + self.u(zeros)
+
+
+COUNTER_UUID = bytes([0x2b, 0x66, 0x0c, 0x53, 0x16, 0x0f, 0x40, 0x4e,
+                      0xaa, 0x0b, 0x5f, 0x3f, 0xf8, 0x21, 0xeb, 0x22])
+
+
+def frame_counter(data):
+    """(stream id, frame number) of the encoder's frame counter SEI in an access unit (the stream id
+    is drawn each time the encoder opens), None without one."""
+    for typ, payload in nal_units(data):
+        if typ != 6:
+            continue
+        rbsp = Bits(payload).data
+        if len(rbsp) >= 31 and rbsp[0] == 5 and rbsp[1] == 29 and rbsp[2:18] == COUNTER_UUID and rbsp[18] == 1:
+            return int.from_bytes(rbsp[19:23], "big"), int.from_bytes(rbsp[23:31], "big")
+    return None
 
 
 class ChainCheck:
@@ -154,13 +176,15 @@ class LinkAwareH264(unittest.TestCase):
         cls.peers_pub.publish(peers_msg(Peer.PATH_DIRECT))
         cls.lock = threading.Lock()
         cls.states = []
-        rospy.Subscriber(H264 + "/stream_state", StreamState, cls._on_state)
+        for topic in (H264, FULL):
+            rospy.Subscriber(topic + "/stream_state", StreamState, cls._on_state)
         cls.viewer = []
         rospy.Subscriber("/viewer/image", Image, lambda m: cls._append(cls.viewer, m), queue_size=5, buff_size=2**24)
         # keyframe requests of viewers that lost a frame (each may force a keyframe; a loaded
         # machine drops messages at viewers with queue size 1)
         cls.requests = []
-        rospy.Subscriber(H264 + "/keyframe_request", Empty, lambda m: cls._append(cls.requests, m))
+        for topic in (H264, FULL):
+            rospy.Subscriber(topic + "/keyframe_request", Empty, lambda m, t=topic: cls._append(cls.requests, t))
 
     @classmethod
     def _append(cls, lst, m):
@@ -172,13 +196,20 @@ class LinkAwareH264(unittest.TestCase):
         with cls.lock:
             cls.states.append((time.monotonic(), msg))
 
-    def states_since(self, t):
+    def states_since(self, t, topic=H264):
+        """stream_state messages of the tier on `topic` (None: both tiers) received since t."""
         with self.lock:
-            return [m for ts, m in self.states if ts >= t]
+            return [m for ts, m in self.states if ts >= t and topic in (None, m.topic)]
 
-    def requests_since(self, t):
+    def requests_since(self, t, topic=None):
+        """Keyframe requests on `topic`'s tier (None: both) since t."""
         with self.lock:
-            return [m for ts, m in self.requests if ts >= t]
+            return [m for ts, m in self.requests if ts >= t and topic in (None, m)]
+
+    def subscribers(self, topic):
+        """Nodes the tier on `topic` names in its latest stream_state."""
+        states = self.states_since(0, topic)
+        return sorted(x.node for x in states[-1].subscribers) if states else []
 
     def viewer_since(self, t):
         with self.lock:
@@ -192,19 +223,36 @@ class LinkAwareH264(unittest.TestCase):
         px = np.frombuffer(bytes(img.data), np.uint8).reshape(HEIGHT, WIDTH, 3)
         b, g, r = (int(v) for v in px[HEIGHT // 4, 40])
         self.assertTrue(r > 180 and g < 80 and b < 80, f"red block decoded as {(r, g, b)}")
+        # the viewer (no tier parameter) moved to the full tier: its path, direct, has no budget
+        wait_for("the full tier's stream_state naming only the viewer", lambda: self.subscribers(FULL) == ["/viewer"])
         got = []
         sub = rospy.Subscriber("/camera/decoded_h264", Image, got.append, queue_size=5, buff_size=2**24)
         try:
             dec = wait_for("a frame from the decoder nodelet (link_aware_h264)", lambda: got and got[-1], timeout=20)
+            # the decoder nodelet does not read the directory: it stays on the fitted tier, fitted to it
+            fitted = wait_for("the fitted tier's stream_state naming the decoder on direct, at the maximum bitrate",
+                              lambda: [s for s in self.states_since(time.monotonic() - 0.6)
+                                       if [x.node for x in s.subscribers] == ["/decoder"]
+                                       and s.subscribers[0].path == Peer.PATH_DIRECT
+                                       and s.video_bitrate_kbps == MAX_VIDEO_KBPS])[-1]
         finally:
             sub.unregister()
         self.assertEqual((dec.width, dec.height, dec.encoding), (WIDTH, HEIGHT, "rgb8"))
-        st = wait_for("stream_state naming the laptop on direct",
-                      lambda: [s for s in self.states_since(0) if any(x.host == "laptop" for x in s.subscribers)])[-1]
-        self.assertEqual((st.codec, st.format), ("h264", "h264"))
+        self.assertEqual(fitted.subscribers[0].wanted_tier, "full")
+        st = wait_for("the full tier's stream_state naming the laptop on direct",
+                      lambda: [s for s in self.states_since(0, FULL)
+                               if [(x.host, x.path) for x in s.subscribers] == [("laptop", Peer.PATH_DIRECT)]])[-1]
+        self.assertEqual((st.codec, st.format, st.tier), ("h264", "h264", "full"))
         self.assertEqual(st.peers_topic, PEERS)
+        self.assertIn(FULL, st.tier_topics)  # the tiers being made
         self.assertEqual({x.codec for x in st.subscribers}, {"h264"})
         self.assertIn("link_aware_h264", st.subscribers[0].codec_reason)
+        self.assertEqual((st.subscribers[0].tier, st.subscribers[0].wanted_tier), ("full", "full"))
+        # only tiers with subscribers are encoded: the fitted one stops when the decoder leaves
+        wait_for("the fitted tier without subscribers while the full one streams",
+                 lambda: [s for s in self.states_since(time.monotonic() - 0.6) if s.reason == "no subscribers"
+                          and s.output_rate_hz == 0.0]
+                 and [s for s in self.states_since(time.monotonic() - 0.6, FULL) if s.output_rate_hz > 20.0])
 
     def test_2_late_subscriber_decodes_within_one_second(self):
         wait_for("the viewer streaming", lambda: len(self.viewer_since(time.monotonic() - 1.0)) > 10)
@@ -224,9 +272,10 @@ class LinkAwareH264(unittest.TestCase):
                     first["frame"] = frames[0]
 
             t0 = time.monotonic()
-            sub = rospy.Subscriber(H264, CompressedImage, on_msg, queue_size=50, buff_size=2**24)
+            # the tier the viewer reads: its encoder runs, so only the keyframe on subscribe helps
+            sub = rospy.Subscriber(FULL, CompressedImage, on_msg, queue_size=50, buff_size=2**24)
             try:
-                wait_for(f"a decoded picture on a new subscription to {H264} (attempt {attempt + 1})",
+                wait_for(f"a decoded picture on a new subscription to {FULL} (attempt {attempt + 1})",
                          lambda first=first: "t" in first, timeout=5)
             finally:
                 sub.unregister()
@@ -236,54 +285,72 @@ class LinkAwareH264(unittest.TestCase):
             self.assertEqual((first["frame"].width, first["frame"].height), (WIDTH, HEIGHT))
             time.sleep(0.5)
 
-    def measure_kbps(self, seconds):
-        got = []
-        sub = rospy.Subscriber(H264, CompressedImage, lambda m: got.append(len(m.data)), queue_size=100,
-                               buff_size=2**24)
-        try:
-            wait_for("frames for the bitrate measurement", lambda: len(got) > 5)
-            del got[:]
-            time.sleep(seconds)
-            return sum(got) * 8 / 1000.0 / seconds
-        finally:
-            sub.unregister()
-
     def test_3_bitrate_follows_the_path_on_the_fly(self):
+        """This node subscribes to the full tier and stays there (a rospy subscriber cannot switch):
+        when its path turns derp the tier is fitted to it on the same encoder, while the viewer
+        moves to the fitted tier by itself."""
         self.peers_pub.publish(peers_msg(Peer.PATH_DIRECT))
-        wait_for("video bitrate at the maximum on direct",
-                 lambda: [s for s in self.states_since(time.monotonic() - 0.6)
-                          if s.video_bitrate_kbps == MAX_VIDEO_KBPS and s.subscribers])
-        direct = self.measure_kbps(3.0)
+        units = []  # (arrival, payload bytes, IDR, frame counter) on the full tier
+
+        def on_unit(m):
+            data = bytes(m.data)
+            with self.lock:
+                units.append((time.monotonic(), len(data), 5 in [t for t, _ in nal_units(data)], frame_counter(data)))
+
+        def kbps_since(t0, t1):
+            with self.lock:
+                return sum(n for t, n, _k, _c in units if t0 <= t < t1) * 8 / 1000.0 / (t1 - t0)
+
+        sub = rospy.Subscriber(FULL, CompressedImage, on_unit, queue_size=100, buff_size=2**24)
         try:
+            wait_for("frames on this node's own subscription to the full tier", lambda: len(units) > 5)
+            wait_for("the full tier's video bitrate at the maximum on direct",
+                     lambda: [s for s in self.states_since(time.monotonic() - 0.6, FULL)
+                              if s.video_bitrate_kbps == MAX_VIDEO_KBPS and s.subscribers])
+            t_direct = time.monotonic()
+            time.sleep(3.0)
+            direct = kbps_since(t_direct, time.monotonic())
             t_change = time.monotonic()
             self.peers_pub.publish(peers_msg(Peer.PATH_DERP))
-            wait_for("video bitrate for derp (0.8 x 1000 kbit/s)",
-                     lambda: [s for s in self.states_since(t_change) if s.video_bitrate_kbps == DERP_VIDEO_KBPS])
+            wait_for("the full tier's video bitrate for this node on derp (0.8 x 1000 kbit/s)",
+                     lambda: [s for s in self.states_since(t_change, FULL) if s.video_bitrate_kbps == DERP_VIDEO_KBPS])
+            wait_for("the viewer on the fitted tier (its path is derp now)",
+                     lambda: self.subscribers(H264) == ["/viewer"])
             time.sleep(1.0)
             t_derp = time.monotonic()
-            derp = self.measure_kbps(3.0)
+            time.sleep(3.0)
+            derp = kbps_since(t_derp, time.monotonic())
             viewer_hz = len(self.viewer_since(t_derp)) / (time.monotonic() - t_derp)
-            out_hz = [round(s.output_rate_hz, 1) for s in self.states_since(t_derp)]
-            print(f"bitrate direct {direct:.0f} kbit/s -> derp {derp:.0f} kbit/s; viewer {viewer_hz:.1f} Hz on derp; "
-                  f"stream output {out_hz} Hz; {len(self.requests_since(t_change))} keyframe requests", flush=True)
+            out_hz = [round(s.output_rate_hz, 1) for s in self.states_since(t_derp, FULL)]
+            with self.lock:
+                before = [c for t, _n, _k, c in units if t < t_change]
+                after = [c for t, _n, _k, c in units if t >= t_change]
+                idrs = sum(1 for t, _n, k, _c in units if k and t >= t_change)
+            requested = len(self.requests_since(t_change, FULL))
+            print(f"bitrate direct {direct:.0f} kbit/s -> derp {derp:.0f} kbit/s on the full tier; viewer "
+                  f"{viewer_hz:.1f} Hz on the fitted tier; full tier output {out_hz} Hz; {idrs} keyframes and "
+                  f"{requested} keyframe requests since the change", flush=True)
             self.assertLess(derp, 0.5 * direct, f"derp {derp:.0f} kbit/s vs direct {direct:.0f}")
             self.assertLess(derp, DERP_VIDEO_KBPS * 1.5)
-            self.assertGreater(viewer_hz, 20.0, "the viewer lost frames over the change")
-            # the same encoder: no keyframe came with the change (the interval is 10 s; a reopen makes one)
-            after = [s for s in self.states_since(t_change + 0.6) if s.output_rate_hz > 0]
-            self.assertTrue(after)
-            keyframes = sum(s.keyframes for s in self.states_since(t_change + 0.6))
-            requested = len(self.requests_since(t_change))
-            self.assertLessEqual(keyframes, 2 + requested,
-                                 f"keyframes besides the measurement subscriber's own and {requested} requested")
+            self.assertGreater(viewer_hz, 20.0, "the viewer lost frames over its move to the fitted tier")
+            # the same encoder: its frame counter's stream id (drawn at every open) and numbering go on
+            self.assertTrue(before and after and None not in before + after, "access units without a frame counter")
+            self.assertEqual({c[0] for c in before + after}, {before[0][0]}, "the encoder was reopened")
+            frames = [c[1] for c in before + after]
+            self.assertTrue(all(b > a for a, b in zip(frames, frames[1:])), "the frame counter went back")
+            # no keyframe came with the change (the interval is 10 s: one may fall in the window)
+            self.assertLessEqual(idrs, 1 + requested, f"{idrs} keyframes since the change")
         finally:
+            sub.unregister()
             self.peers_pub.publish(peers_msg(Peer.PATH_DIRECT))
 
     def test_4_backed_up_subscriber_backs_off_and_stays_decodable(self):
+        """The slow reader is alone on the fitted tier; the viewer (direct) reads the full tier,
+        whose delivery is its own: it neither skips nor slows down."""
         self.peers_pub.publish(peers_msg(Peer.PATH_DIRECT))
-        wait_for("video bitrate at the maximum on direct",
-                 lambda: [s for s in self.states_since(time.monotonic() - 0.6)
-                          if s.video_bitrate_kbps == MAX_VIDEO_KBPS])
+        wait_for("the viewer back on the full tier at the maximum video bitrate",
+                 lambda: self.subscribers(FULL) == ["/viewer"] and
+                 [s for s in self.states_since(time.monotonic() - 0.6, FULL) if s.video_bitrate_kbps == MAX_VIDEO_KBPS])
         sock = tcpros_connect(H264, rospy.get_name())
         buf = bytearray()
         chain = ChainCheck()
@@ -314,13 +381,17 @@ class LinkAwareH264(unittest.TestCase):
             chain.feed(bytes(msg.data))
             pos += 4 + n
         during = self.states_since(t0)
+        full_during = self.states_since(t0, FULL)
+        viewer_hz = len(self.viewer_since(t0 + 1.0)) / (time.monotonic() - t0 - 1.0)
         mine = [x for s in during for x in s.subscribers if x.node == rospy.get_name()]
         skipped = sum(s.skipped_frames for s in during)
         lowest = min(s.video_bitrate_kbps for s in during)
         backlog = max((x.backlog_bytes for x in mine), default=0)
         print(f"backed-up subscriber: {chain.units} access units read, {chain.keyframes} keyframes, "
               f"{chain.broken} broken, {chain.before_keyframe} before the first keyframe; stream: {skipped} frames "
-              f"skipped, video bitrate down to {lowest:.0f} kbit/s, backlog up to {backlog} bytes", flush=True)
+              f"skipped, video bitrate down to {lowest:.0f} kbit/s, backlog up to {backlog} bytes; the full "
+              f"tier meanwhile: {sum(s.skipped_frames for s in full_during)} skipped, viewer {viewer_hz:.1f} Hz",
+              flush=True)
         self.assertGreater(chain.units, 20)
         self.assertEqual(chain.broken, 0, "an access unit did not continue the reference chain")
         self.assertGreater(chain.keyframes, 0)
@@ -329,6 +400,11 @@ class LinkAwareH264(unittest.TestCase):
         self.assertTrue(any(s.reason == "observed delivery" for s in during), "no back-off on the direct path")
         self.assertLess(lowest, MAX_VIDEO_KBPS, "the bitrate did not come down")
         self.assertGreater(skipped, 0, "no frame was skipped while the connection was backed up")
+        # delivery feedback per tier: the viewer's tier neither skipped nor lowered its bitrate
+        self.assertTrue(full_during and all(s.subscribers for s in full_during), "the viewer left the full tier")
+        self.assertEqual(sum(s.skipped_frames for s in full_during), 0, "the full tier skipped frames")
+        self.assertEqual(min(s.video_bitrate_kbps for s in full_during), MAX_VIDEO_KBPS)
+        self.assertGreater(viewer_hz, 15.0, "the viewer on the full tier slowed down")
 
 
     def test_5_budget_and_crf_change_live(self):
@@ -338,9 +414,10 @@ class LinkAwareH264(unittest.TestCase):
         self.assertEqual(before["gop"], 300)
         self.peers_pub.publish(peers_msg(Peer.PATH_DERP))
         try:
-            wait_for("video bitrate for derp (0.8 x 1000 kbit/s)",
+            wait_for("the viewer on the fitted tier at the derp video bitrate (0.8 x 1000 kbit/s)",
                      lambda: [s for s in self.states_since(time.monotonic() - 0.6)
-                              if s.video_bitrate_kbps == DERP_VIDEO_KBPS and s.subscribers])
+                              if s.video_bitrate_kbps == DERP_VIDEO_KBPS
+                              and [x.node for x in s.subscribers] == ["/viewer"]])
             # the measured bitrate has settled under the derp cap (stream_state measures over 0.5 s windows)
             low_state = wait_for("a measured bitrate under the derp cap",
                                  lambda: [s for s in self.states_since(time.monotonic() - 0.6)

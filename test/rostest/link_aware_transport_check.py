@@ -4,12 +4,14 @@ link_aware_transport.test).
 
 This node is the overlay node's ~peers (/robot1/overlay_manager/peers: this host 127.0.0.2 is the peer
 "laptop"), a raw-only camera on /rawcam/image_raw and the checks:
-exactly one publisher per camera topic (the master's getSystemState), held over several of the
-republisher's checks; the viewer (image_transport republish with the link_aware subscriber plugin)
-gets decoded frames from the driver's plugin, whose stream_state names the laptop and its path (the
-~peers found from $OVERLAY_MANAGER_NS) and lowers quality when the path turns derp; the standalone
-republisher serves /rawcam/image_raw/link_aware without a second /compressed publisher and found
-~peers through the master.
+exactly one publisher per camera topic, the streams' tiers included (the master's getSystemState),
+held over several of the republisher's checks; the viewer (image_transport republish with the
+link_aware subscriber plugin, no parameter of its own) gets decoded frames from the driver's plugin:
+on the full tier (<topic>/full) while its path is direct, and on the fitted tier (<topic>), whose
+stream_state names the laptop and its path (the ~peers found from $OVERLAY_MANAGER_NS) and lowers
+quality, once the path turns derp; the standalone republisher serves /rawcam/image_raw/link_aware
+to a plain subscriber (which stays on the fitted tier, fitted to it) without a second /compressed
+publisher and found ~peers through the master.
 """
 import sys
 import threading
@@ -30,16 +32,16 @@ RAWCAM = "/rawcam/image_raw"
 PEERS = "/robot1/overlay_manager/peers"
 WIDTH, HEIGHT = 640, 480
 
-# topic -> the one node that must publish it
+# topic -> the one node that must publish it (tiers are on by default: <stream>/full and the directory)
 EXPECTED = {
     CAM: "/camera_driver",
-    CAM + "/link_aware": "/camera_driver",
-    CAM + "/link_aware/stream_state": "/camera_driver",
     CAM + "/compressed": "/compressed_standin",
     RAWCAM + "/compressed": "/compressed_standin",
-    RAWCAM + "/link_aware": "/republisher",
-    RAWCAM + "/link_aware/stream_state": "/republisher",
 }
+for _cam, _node in ((CAM, "/camera_driver"), (RAWCAM, "/republisher")):
+    for _stream in ("/link_aware", "/link_aware_h264"):
+        for _suffix in ("", "/stream_state", "/full", "/full/stream_state", "/tiers"):
+            EXPECTED[_cam + _stream + _suffix] = _node
 
 
 def camera_publishers():
@@ -55,8 +57,10 @@ class LinkAwareTransport(unittest.TestCase):
         cls.peers_pub.publish(peers_msg(Peer.PATH_DIRECT))
         cls.lock = threading.Lock()
         cls.states = {}
-        for topic in (CAM, RAWCAM):
-            rospy.Subscriber(topic + "/link_aware/stream_state", StreamState, cls._on_state, callback_args=topic)
+        # key: the camera (its fitted tier, <camera>/link_aware) or <camera>/full (<camera>/link_aware/full)
+        for key, stream in ((CAM, CAM + "/link_aware"), (RAWCAM, RAWCAM + "/link_aware"),
+                            (CAM + "/full", CAM + "/link_aware/full")):
+            rospy.Subscriber(stream + "/stream_state", StreamState, cls._on_state, callback_args=key)
         cls.cam_pub = rospy.Publisher(RAWCAM, Image, queue_size=2)
         cls.stop = threading.Event()
         cls.cam = threading.Thread(target=cls._camera, daemon=True)
@@ -115,20 +119,28 @@ class LinkAwareTransport(unittest.TestCase):
             px = np.frombuffer(bytes(img.data), np.uint8).reshape(HEIGHT, WIDTH, 3)
             r, g, b = px[HEIGHT // 4, 40]
             self.assertTrue(r > 200 and g < 60 and b < 60, f"red block decoded as {(r, g, b)}")
-            st = wait_for("the driver plugin's stream_state with the laptop on direct",
-                          lambda: self._with_path(CAM, Peer.PATH_DIRECT))
+            # the viewer's path is direct: it moved to the full tier by itself
+            st = wait_for("the driver plugin's full tier with the laptop on direct",
+                          lambda: self._with_path(CAM + "/full", Peer.PATH_DIRECT))
             self.assertEqual(st.peers_topic, PEERS, "the plugin did not take ~peers from $OVERLAY_MANAGER_NS")
-            self.assertEqual(st.topic, CAM + "/link_aware")
+            self.assertEqual(st.topic, CAM + "/link_aware/full")
             self.assertEqual(st.format, "rgb8; jpeg compressed bgr8")
             self.assertEqual(st.quality, 90)
-            self.assertEqual(st.subscribers[0].node, "/viewer")
+            self.assertEqual([(x.node, x.tier) for x in st.subscribers], [("/viewer", "full")])
             self.peers_pub.publish(peers_msg(Peer.PATH_DERP))
-            st = wait_for("the driver plugin lowering quality for the laptop on derp",
+            # on derp it moves to the fitted tier, which lowers quality for it
+            st = wait_for("the driver plugin's fitted tier lowering quality for the laptop on derp",
                           lambda: self._with_path(CAM, Peer.PATH_DERP, lambda s: s.quality < 90), timeout=20)
+            self.assertEqual(st.topic, CAM + "/link_aware")
+            self.assertEqual([(x.node, x.tier, x.wanted_tier) for x in st.subscribers],
+                             [("/viewer", "fitted", "fitted")])
             self.assertEqual((st.limited_by, st.reason), ("laptop", "path derp"))
             self.assertAlmostEqual(st.budget_kbps, 4000.0)
             n = len(got)
             wait_for("frames still arriving on derp", lambda: len(got) > n + 5)
+            wait_for("the full tier without subscribers once the viewer left it",
+                     lambda: (lambda s: s and not s.subscribers and s.reason == "no subscribers")(
+                         self.state(CAM + "/full")))
         finally:
             self.peers_pub.publish(peers_msg(Peer.PATH_DIRECT))
             sub.unregister()

@@ -27,6 +27,27 @@ peer-relay): a budget well below the link's capacity is the lever that keeps con
 
 Writes out/bench_camera.json, bench_camera.md, bench_camera.png. Everything started is stopped
 by pid; the lab run is torn down by Lab.down() whatever happens. About 5 min on 2 cores.
+
+``--tiers``: two viewers of one camera at once (the tiers of one link-aware stream)::
+
+    sudo -E /usr/bin/python3 -m overlay_manager.lab.bench.camera --tiers [--kinds h264,jpeg]
+         [--seconds 10] [--uplink-mbit 30] [--pattern scene|synthetic]
+
+    robot1 (b1, eim-adpf; uplink tbf 30 Mbit/s)  ---  backbone  ---  laptop (b2, eim-adpf): direct
+      robot.launch (roscore), lab camera 640x480 rgb8 30 Hz,    +---  laptop2 (b3, UDP dropped): derp
+      the link-aware republisher (link_aware_camera.launch)
+
+The laptop's path to robot1 is direct (hole punched), laptop2's is relayed through DERP (b3's
+router drops UDP); both cross b1's 30 Mbit/s uplink. Per stream kind (H.264 first, then JPEG),
+two runs with the same viewers and scene, one after the other, each on a fresh republisher:
+``tiers`` (the default: the laptop reads the full tier ``<stream>/full``, laptop2 the fitted tier
+``<stream>``, which is where the stream's directory sends each path) and ``one stream``
+(``tiers: false``: both read ``<stream>``, one stream fitted to the relayed viewer). Each viewer is
+``probe quality`` on its machine (it decodes every message and computes PSNR against the source
+frame); per viewer: delivered rate, bitrate received, PSNR mean / p5, latency. Encoder CPU = the
+republisher's utime + stime over the window in which both viewers received (% of one core); the
+ratio tiers / one stream is the cost of the second tier. Writes out/bench_camera_tiers.json and
+bench_camera_tiers.md. About 4 min on 2 cores.
 """
 from __future__ import annotations
 
@@ -65,6 +86,22 @@ RAW = "/camera/image_raw"
 STREAM_KEYS = {"jpeg": "link-aware", "h264": "h264"}
 """Result keys of the encoded streams (then `` <budget Mbit/s>`` on relayed columns)."""
 COLUMNS = ("direct", "derp", "peer-relay")
+LAPTOP2, B3 = "laptop2", "b3"
+TIERS_SPEC: Dict[str, Any] = {
+    "name": "bench_tiers",
+    "buildings": {
+        "b1": {"nat": "eim-adpf", "hosts": {ROBOT: {"team": "alpha", "role": "robot"}}},
+        "b2": {"nat": "eim-adpf", "hosts": {LAPTOP: {"team": "alpha", "role": "operator"}}},
+        B3: {"nat": "eim-adpf", "hosts": {LAPTOP2: {"team": "alpha", "role": "operator"}}},
+    },
+    "teams": {"alpha": {"master": ROBOT}},
+}
+TIER_VIEWERS = {"direct": LAPTOP, "relayed": LAPTOP2}
+"""Viewer role -> the machine it runs on (``--tiers``)."""
+TIER_GOALS = {"direct": {"rate_hz": 29.0, "psnr_mean": 45.0}, "relayed": {"rate_hz": 29.0, "psnr_mean": 40.0,
+                                                                          "mbit": 2.0}, "cpu_ratio": 1.6}
+"""Goals of the two-viewer run: per viewer (delivered Hz, PSNR dB, Mbit/s at most) and the
+encoder's CPU with both tiers as a multiple of one stream's."""
 
 
 def say(msg: str) -> None:
@@ -84,22 +121,25 @@ class CameraBench:
         self.streams: Dict[str, str] = {"raw": RAW}  # kind -> topic (camera_streams.detect_streams)
 
     # --- set-up ---------------------------------------------------------------------------
-    def start(self, uplink_mbit: float) -> None:
-        """robot.launch on robot1 (master) and laptop, camera and echo on robot1, b1's uplink limit."""
-        say("robot.launch on robot1 (master) and laptop")
-        robots.start_master_then(self.lab, ROBOT, [LAPTOP], self.procs)
-        self.procs.append(robots.start_tool(self.lab, ROBOT, ["probe.rosnodes", "camera", "--topic", RAW], "camera"))
+    def start(self, uplink_mbit: float, viewers: Sequence[str] = (LAPTOP,), pattern: str = "scene") -> None:
+        """robot.launch on robot1 (master) and the viewers' machines, camera (playing ``pattern``)
+        and echo on robot1, b1's uplink limit."""
+        say(f"robot.launch on robot1 (master) and {', '.join(viewers)}")
+        robots.start_master_then(self.lab, ROBOT, list(viewers), self.procs)
+        self.procs.append(robots.start_tool(self.lab, ROBOT, ["probe.rosnodes", "camera", "--topic", RAW,
+                                                              "--pattern", pattern], "camera"))
         self.procs.append(robots.start_echo(self.lab, ROBOT))
         self.lab.impair(B1, Impairment(rate_mbit=uplink_mbit))
 
-    def start_encoder(self, budget_kbps: float) -> None:
+    def start_encoder(self, budget_kbps: float, params: Optional[Dict[str, Any]] = None, tag: str = "") -> None:
         """(Re)start the link-aware encoder on robot1 (link_aware_camera.launch, as robot.launch's
-        camera_topics does) with this budget for derp and peer-relay; note which streams it
-        publishes (JPEG, and H.264 where the encoder has it)."""
+        camera_topics does) with this budget for derp and peer-relay (and more parameters:
+        camera_streams.start_encoder); note which streams it publishes (JPEG, and H.264 where the
+        encoder has it)."""
         self.stop_encoder()
-        name = f"encoder_{budget_kbps:g}"
+        name = f"encoder_{budget_kbps:g}{tag}"
         self.encoder = camera_streams.start_encoder(self.lab, ROBOT, RAW, N_ROBOT, "link_aware_camera", budget_kbps,
-                                                    name)
+                                                    name, params)
         try:
             self.encoder_pids = camera_streams.encoder_pids(self.encoder)
         except LabError:
@@ -221,6 +261,193 @@ def _column(lab: Lab, bench: CameraBench, col: str, seconds: float, budgets: Seq
     finally:
         bench.stop_encoder()
     return res
+
+
+# --- two viewers, two tiers (--tiers) ------------------------------------------------------------
+
+def _wait_tier_paths(lab: Lab) -> None:
+    """Until tailscale proves each viewer's path to robot1 and robot1's ~peers (the encoder's) says it."""
+    for role, host in TIER_VIEWERS.items():
+        path = "direct" if role == "direct" else "derp"
+        wait_for(f"the {host} -> robot1 path to turn {path}",
+                 lambda host=host, path=path: lab.ping(host, ROBOT, count=2, timeout=30).path == path, 90)
+        robots.peers(lab, ROBOT, node=N_ROBOT, timeout=90,
+                     where=f"any(p['name'] == '{host}' and p['path'] == '{path}' for p in m['peers'])")
+
+
+def _cpu_in_window(samples: Sequence[Any], t0: float, t1: float) -> Optional[float]:
+    """% of one core of the sampled processes between t0 and t1 (CLOCK_MONOTONIC s), from the
+    samples (time, CPU s) nearest inside the window; None without two samples there."""
+    inside = [(t, c) for t, c in samples if t0 <= t <= t1 and c is not None]
+    if len(inside) < 2 or inside[-1][0] - inside[0][0] <= 0:
+        return None
+    return round(100.0 * (inside[-1][1] - inside[0][1]) / (inside[-1][0] - inside[0][0]), 1)
+
+
+def tier_run(bench: CameraBench, kind: str, tiered: bool, seconds: float) -> Dict[str, Any]:
+    """Both viewers at once on the ``kind`` stream of a fresh republisher (``tiers`` on or off):
+    per viewer its probe's row and Mbit/s; the encoder's CPU over the window both received in; the
+    tiers' stream_state at the end."""
+    # tiers given either way and in each stream's own namespace: the parameter server keeps what an
+    # earlier republisher loaded, and the republisher copies shared keys into the streams' namespaces
+    bench.start_encoder(6000.0, {"tiers": tiered, "link_aware": {"tiers": tiered},
+                                 "link_aware_h264": {"tiers": tiered}}, "_tiers" if tiered else "_one")
+    if kind not in bench.streams:
+        raise LabError(f"the republisher does not publish a {kind} stream ({bench.streams})")
+    base = bench.streams[kind]
+    topics = {"direct": base + "/full" if tiered else base, "relayed": base}
+    out: Dict[str, Any] = {}
+
+    def view(role: str) -> None:
+        try:
+            out[role] = camera_streams.quality(bench.lab, TIER_VIEWERS[role], [(kind, topics[role])], seconds)
+        except LabError as exc:
+            out[role + "_error"] = str(exc)
+
+    def states(topic: str) -> None:
+        try:
+            out["state " + topic] = robots.run_probe(bench.lab, ROBOT, ["collect", topic + "/stream_state",
+                                                                        "overlay_manager/StreamState",
+                                                                        "--seconds", f"{seconds + 3:g}"],
+                                                     timeout=seconds + 90)
+        except LabError as exc:
+            say(f"no stream_state for {topic}: {exc}")
+
+    threads = [threading.Thread(target=view, args=(role,)) for role in TIER_VIEWERS]
+    threads += [threading.Thread(target=states, args=(topic,)) for topic in sorted(set(topics.values()))]
+    for t in threads:
+        t.start()
+    sampler = camera_streams.CpuSampler(camera_streams.encoder_pids(bench.encoder) if bench.encoder else [])
+    while any(t.is_alive() for t in threads):
+        sampler.sample()
+        time.sleep(0.5)
+    for t in threads:
+        t.join()
+    res: Dict[str, Any] = {"tiers": tiered, "topics": topics}
+    windows = []
+    for role in TIER_VIEWERS:
+        if role + "_error" in out:
+            res[role] = {"error": out[role + "_error"]}
+            continue
+        q = ((out.get(role) or {}).get("streams") or {}).get(topics[role]) or {}
+        camera_streams.check_index(q, f"{role} viewer {topics[role]}")
+        row = camera_streams.stream_row(q)
+        row["mbit"] = round((q.get("bytes_per_s") or 0.0) * 8 / 1e6, 3)
+        res[role] = row
+        windows.append((out[role]["t_start"], out[role]["t_end"]))
+    if len(windows) == 2:
+        t0, t1 = max(w[0] for w in windows), min(w[1] for w in windows)
+        res["both_s"] = round(t1 - t0, 1)
+        res["encoder_cpu_pct"] = _cpu_in_window(sampler.samples, t0, t1)
+    res["encoder_cpu_active_pct"] = sampler.pct()
+    res["state"] = {}
+    for topic in set(topics.values()):
+        msgs = [m for m in (out.get("state " + topic) or {}).get("msgs") or [] if m["subscribers"]]
+        if msgs:
+            last = msgs[-1]
+            res["state"][topic] = {k: last.get(k) for k in ("tier", "quality", "video_bitrate_kbps", "rate_hz",
+                                                            "bitrate_kbps", "budget_kbps", "limited_by", "reason",
+                                                            "encode_ms", "output_rate_hz")}
+            res["state"][topic]["subscribers"] = {x["host"]: x["path"] for x in last["subscribers"]}
+    bench.stop_encoder()
+    return res
+
+
+def tier_goals(res: Dict[str, Any], one: Optional[Dict[str, Any]]) -> Dict[str, Any]:
+    """Each goal of TIER_GOALS: the measured value and whether it is met (None: not measured)."""
+    out: Dict[str, Any] = {}
+    for role in ("direct", "relayed"):
+        row = res.get(role) or {}
+        for key, goal in TIER_GOALS[role].items():
+            v = row.get(key)
+            met = None if v is None else (v <= goal if key == "mbit" else v >= goal)
+            out[f"{role} {key}"] = {"value": v, "goal": goal, "met": met}
+    a, b = res.get("encoder_cpu_pct"), (one or {}).get("encoder_cpu_pct")
+    ratio = round(a / b, 2) if a and b else None
+    out["cpu_ratio"] = {"value": ratio, "goal": TIER_GOALS["cpu_ratio"],
+                        "met": None if ratio is None else ratio <= TIER_GOALS["cpu_ratio"]}
+    return out
+
+
+def run_tiers(out_dir: Path, seconds: float, uplink_mbit: float, kinds: Sequence[str], pattern: str,
+              run_id: Optional[str] = None) -> Dict[str, Any]:
+    """The two-viewer tier benchmark (see the module doc); returns the JSON data (also written)."""
+    t_run = time.monotonic()
+    load_start = [round(x, 2) for x in os.getloadavg()]
+    lab = Lab(TIERS_SPEC, run_id=run_id)
+    bench = CameraBench(lab, seconds)
+    results: Dict[str, Dict[str, Any]] = {}
+    errors: List[str] = []
+    try:
+        lab.up()
+        bench.start(uplink_mbit, viewers=list(TIER_VIEWERS.values()), pattern=pattern)
+        lab.block_udp(B3)
+        _wait_tier_paths(lab)
+        for kind in kinds:
+            try:
+                for tiered in (True, False):
+                    key = f"{kind} {'tiers' if tiered else 'one stream'}"
+                    say(f"{key}: both viewers at once")
+                    results[key] = tier_run(bench, kind, tiered, seconds)
+                    say(f"{key}: {json.dumps(results[key])}")
+                results[kind + " tiers"]["goals"] = tier_goals(results[kind + " tiers"],
+                                                               results.get(kind + " one stream"))
+            except LabError as exc:  # keep the other kind; the report names what failed
+                errors.append(f"{kind}: {exc}")
+                say(f"{kind}: failed: {exc}")
+    finally:
+        bench.stop()
+        lab.down()
+    data = {"meta": {"date": time.strftime("%Y-%m-%d %H:%M"), "seconds": seconds, "uplink_mbit": uplink_mbit,
+                     "cores": os.cpu_count(), "pattern": pattern,
+                     "image": ("vtest.avi (a pedestrian scene) scaled to 640x480 rgb8, 30 Hz, looping"
+                               if pattern == "scene" else f"{pattern} pattern, 640x480 rgb8, 30 Hz"),
+                     "viewers": TIER_VIEWERS, "run_seconds": round(time.monotonic() - t_run), "errors": errors,
+                     "load_start": load_start, "load_end": [round(x, 2) for x in os.getloadavg()]},
+            "kinds": list(kinds), "results": results}
+    write_report(out_dir, "bench_camera_tiers", data, render_tiers_markdown, lambda _data, _out: None)
+    return data
+
+
+def render_tiers_markdown(data: Dict[str, Any]) -> str:
+    """One table: per kind and mode a row per viewer; then the goals."""
+    m = data["meta"]
+    lines = [f"Tier benchmark {m['date']}: {m['image']}, b1 uplink tbf {m['uplink_mbit']:g} Mbit/s, both viewers "
+             f"at once for {m['seconds']:g} s, {m['cores']} cores, load average {m['load_start']} at the start, "
+             f"{m['load_end']} at the end.", "",
+             "| stream | mode | viewer (path) | topic read | rate Hz | PSNR (YUV 4:2:0) mean / p5 dB | Mbit/s "
+             "| latency p50 / p99 ms | encoder CPU % (both receiving) |", "|---|---|---|---|---|---|---|---|---|"]
+    for key, res in data["results"].items():
+        kind, _, mode = key.partition(" ")
+        for role in ("direct", "relayed"):
+            r = res.get(role) or {}
+            if "error" in r:
+                lines.append(f"| {kind} | {mode} | {role} | {res['topics'][role]} | not measured: {r['error']} "
+                             "| | | | |")
+                continue
+            path = "direct" if role == "direct" else "derp"
+            lines.append(f"| {KIND_NAMES.get(kind, kind)} | {mode} | {TIER_VIEWERS[role]} ({path}) | "
+                         f"`{res['topics'][role]}` | {_f(r.get('rate_hz'), '{:.1f}')} | "
+                         f"{_psnr(r.get('psnr_mean'))} / {_psnr(r.get('psnr_p5'))} | {_f(r.get('mbit'), '{:.2f}')} | "
+                         f"{_f(r.get('latency_p50_ms'))} / {_f(r.get('latency_p99_ms'))} | "
+                         f"{_f(res.get('encoder_cpu_pct'), '{:.1f}')} |")
+    for key, res in data["results"].items():
+        goals = res.get("goals")
+        if not goals:
+            continue
+        parts = []
+        for name, g in goals.items():
+            verdict = {True: "met", False: "missed", None: "not measured"}[g["met"]]
+            value = round(g["value"], 2) if isinstance(g["value"], float) else g["value"]
+            parts.append(f"{name} {value} (goal {'<=' if name.endswith(('mbit', 'ratio')) else '>='} "
+                         f"{g['goal']:g}): {verdict}")
+        lines.append(f"\nGoals, {key}: " + "; ".join(parts) + ".")
+    for err in m.get("errors") or []:
+        lines.append(f"\nNot measured: {err}")
+    return "\n".join(lines) + "\n"
+
+
+KIND_NAMES = {"h264": "H.264", "jpeg": "JPEG"}
 
 
 def run(out_dir: Path, seconds: float, uplink_mbit: float, budgets: Sequence[float], columns: Sequence[str],
@@ -377,6 +604,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     ap.add_argument("--columns", default=",".join(COLUMNS))
     ap.add_argument("--run-id", default=None)
     ap.add_argument("--replot", metavar="JSON", help="only re-render the table and plot from a bench_camera.json")
+    ap.add_argument("--tiers", action="store_true",
+                    help="two viewers at once, direct and relayed: the stream's tiers vs one stream")
+    ap.add_argument("--kinds", default="h264,jpeg", help="--tiers: stream kinds to measure, in order")
+    ap.add_argument("--pattern", default="scene", choices=["scene", "synthetic"], help="what the camera plays")
     a = ap.parse_args(argv)
     out = Path(a.out)
     if a.replot:
@@ -384,6 +615,19 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if os.geteuid() != 0:
         print("bench_camera: needs root (network namespaces)", file=sys.stderr)
         return 2
+    if a.tiers:
+        kinds = [k for k in a.kinds.split(",") if k]
+        if not kinds or any(k not in KIND_NAMES for k in kinds):
+            print(f"bench_camera: --kinds: choose from {list(KIND_NAMES)}, got {a.kinds!r}", file=sys.stderr)
+            return 2
+        try:
+            data = run_tiers(out, a.seconds, a.uplink_mbit, kinds, a.pattern, a.run_id)
+        except LabError as exc:
+            print(f"bench_camera: error: {exc}", file=sys.stderr)
+            return 1
+        print(render_tiers_markdown(data))
+        say(f"wrote {out / 'bench_camera_tiers.json'}, bench_camera_tiers.md ({data['meta']['run_seconds']} s)")
+        return 0
     columns = [c for c in a.columns.split(",") if c]
     bad = [c for c in columns if c not in COLUMNS]
     if bad:

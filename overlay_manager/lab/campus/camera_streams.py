@@ -15,6 +15,7 @@ H.264 the moment the encoder publishes it and JPEG until then.
 """
 from __future__ import annotations
 
+import json
 import os
 import shlex
 import subprocess
@@ -78,12 +79,18 @@ def quality(lab: Lab, host: str, streams: Sequence[Tuple[str, str]], seconds: fl
 
 
 def start_encoder(lab: Lab, host: str, raw: str, overlay_node: str, name: str, budget_kbps: float,
-                  log_name: str) -> subprocess.Popen:
+                  log_name: str, params: Optional[Dict[str, Any]] = None) -> subprocess.Popen:
     """link_aware_camera.launch for ``raw`` on ``host`` (as robot.launch's camera_topics does),
-    node ``name``, this budget (kbit/s) for derp and peer-relay subscribers. Stop with robots.stop."""
+    node ``name``, this budget (kbit/s) for derp and peer-relay subscribers; ``params``: more of the
+    republisher's parameters (e.g. ``{"tiers": False}``), written to a YAML file in the host's
+    directory and given as ``params_file:=``. Stop with robots.stop."""
     line = (f"{robots.overlay_env_line(lab, host)} && exec roslaunch overlay_manager link_aware_camera.launch "
             f"images:={shlex.quote(raw)} overlay_node:={shlex.quote(overlay_node)} name:={shlex.quote(name)} "
             f"budget_kbps_derp:={budget_kbps:g} budget_kbps_peer_relay:={budget_kbps:g}")
+    if params:
+        path = Path(lab.host_dir(host)) / f"{log_name}.params.yaml"
+        path.write_text(json.dumps(params) + "\n")  # JSON is YAML
+        line += f" params_file:={shlex.quote(str(path))}"
     return lab.popen(host, ["bash", "-c", line], env=robots.ros_env(lab, host),
                      log=Path(lab.host_dir(host)) / f"{log_name}.log")
 

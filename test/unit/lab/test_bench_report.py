@@ -1,6 +1,7 @@
 """The lab benchmarks' report files and pure helpers (bench, bench_camera, demo), without a lab."""
 import json
 import time
+from pathlib import Path
 
 import pytest
 
@@ -11,6 +12,7 @@ from overlay_manager.lab.bench.run import imp_label, impairments
 from overlay_manager.lab.campus import camera_streams
 from overlay_manager.lab.demo.run import ROBOT, PathSeen
 
+REPO_ROOT = Path(__file__).resolve().parents[3]
 CAMERA_RUN = {
     "meta": {"date": "2026-11-22 19:24", "seconds_per_stream": 8.0, "uplink_mbit": 30.0,
              "budgets_kbps": [8000.0], "cores": 2, "image": "640x480 rgb8 30 Hz", "control_hz": 50,
@@ -69,6 +71,28 @@ def test_camera_markdown_rows():
     assert "| derp | link-aware JPEG, budget 8 Mbit/s | 29.0 | - / - | 50 / 90 | - / - | 7.20 | - | - |" in md
     assert "| derp | raw | 2.0 | - / - | - / - | - / - | 0.00 | - | - |" in md
     assert md[-1] == "Not measured: peer-relay: timed out"
+
+
+def test_tier_goals_and_cpu_window():
+    tiers = {"direct": {"rate_hz": 29.3, "psnr_mean": 45.3}, "relayed": {"rate_hz": 29.2, "psnr_mean": 41.8,
+                                                                          "mbit": 2.5}, "encoder_cpu_pct": 19.9}
+    goals = bench_camera.tier_goals(tiers, {"encoder_cpu_pct": 11.3})
+    assert goals["direct psnr_mean"] == {"value": 45.3, "goal": 45.0, "met": True}
+    assert goals["relayed mbit"]["met"] is False  # at most 2 Mbit/s
+    assert goals["cpu_ratio"] == {"value": 1.76, "goal": 1.6, "met": False}
+    assert bench_camera.tier_goals({"direct": {}}, None)["cpu_ratio"]["met"] is None
+    # CPU over the window both viewers received in: 0.2 CPU s in the 2 s between t=1 and t=3
+    samples = [(0.0, 5.0), (1.0, 5.5), (2.0, 5.6), (3.0, 5.7), (4.0, 9.0)]
+    assert bench_camera._cpu_in_window(samples, 1.0, 3.0) == pytest.approx(10.0)
+    assert bench_camera._cpu_in_window(samples, 1.5, 2.5) is None
+
+
+def test_tier_markdown_from_the_committed_run():
+    data = json.loads((REPO_ROOT / "docs" / "bench_camera_tiers.json").read_text())
+    md = bench_camera.render_tiers_markdown(data)
+    assert "| H.264 | tiers | laptop (direct) | `/camera/image_raw/link_aware_h264/full` |" in md
+    assert "| H.264 | one stream | laptop2 (derp) | `/camera/image_raw/link_aware_h264` |" in md
+    assert "Goals, h264 tiers: " in md and "cpu_ratio 1.76 (goal <= 1.6): missed" in md
 
 
 def test_stream_labels():
