@@ -102,6 +102,14 @@ def _ros(lab, host: str, command: str, timeout: float = 60.0):
                     env=robots.ros_env(lab, host), timeout=timeout, check=False, quiet=True)
 
 
+def _text(path: Path) -> str:
+    """The file's text, "" while it does not exist yet."""
+    try:
+        return path.read_text(errors="replace")
+    except FileNotFoundError:
+        return ""
+
+
 def test_roscpp_node_answers_over_the_overlay_and_loopback(two_buildings_robots):
     """rosout (a roscpp node started by roscore on robot1, ROS_HOSTNAME = robot1's overlay name):
     its XML-RPC answers robot1 itself (loopback) and the laptop (overlay), and its TCPROS server
@@ -115,15 +123,32 @@ def test_roscpp_node_answers_over_the_overlay_and_loopback(two_buildings_robots)
                               "--filter \"'split horizon roscpp check' in m.msg\" /rosout_agg/msg "
                               f"> {shlex.quote(str(out))}"],
                      env=robots.ros_env(lab, LAPTOP), log=Path(lab.host_dir(LAPTOP)) / "rosout_agg.log")
+    code = ("import rospy, time; rospy.init_node('split_horizon_logger', anonymous=True); time.sleep(1.0)\n"
+            "for i in range(30):\n    rospy.loginfo('split horizon roscpp check'); time.sleep(0.5)\n"
+            "    if rospy.is_shutdown(): break")   # SIGINT (robots.stop) ends it
+    logger = None
     try:
-        code = ("import rospy, time; rospy.init_node('split_horizon_logger', anonymous=True); time.sleep(1.0)\n"
-                "for i in range(30):\n    rospy.loginfo('split horizon roscpp check'); time.sleep(0.5)")
+        # the logger runs until the laptop's echo has written its message (started again if it ends
+        # first); then the echo has to end by itself, successfully (it did not while the logger ran)
         deadline = time.monotonic() + 60
-        while echo.poll() is None and time.monotonic() < deadline:
-            _ros(lab, ROBOT, f"exec /usr/bin/python3 -c {shlex.quote(code)}", timeout=30)
-        assert echo.poll() == 0, f"no /rosout_agg message on the laptop within 60 s: {out.read_text()[-500:]}"
+        while (echo.poll() is None and "split horizon roscpp check" not in _text(out)
+               and time.monotonic() < deadline):
+            if logger is None or logger.poll() is not None:
+                logger = lab.popen(ROBOT, ["bash", "-c", f"{robots.overlay_env_line(lab, ROBOT)} && exec "
+                                           f"/usr/bin/python3 -c {shlex.quote(code)}"],
+                                   env=robots.ros_env(lab, ROBOT), log=Path(lab.host_dir(ROBOT)) / "rosout_logger.log")
+            time.sleep(0.1)
+        t_message = time.monotonic()
+        if logger is not None:
+            robots.stop(lab, logger)   # `rostopic echo -n 1` ends once its publisher goes quiet
+        while echo.poll() is None and time.monotonic() < max(deadline, t_message + 20):
+            time.sleep(0.1)
+        assert echo.poll() == 0, (f"no /rosout_agg message on the laptop within 60 s, or `rostopic echo -n 1` "
+                                  f"did not end (exit {echo.poll()}): {_text(out)[-500:]}")
         assert "split horizon roscpp check" in out.read_text()
     finally:
+        if logger is not None:
+            robots.stop(lab, logger)
         robots.stop(lab, echo)
 
 
