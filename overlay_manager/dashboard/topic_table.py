@@ -1,6 +1,7 @@
 """The dashboard's Topics view: one row per ROS topic connection between two machines (from the
-selected node's ~topic_links), with the overlay path it crosses in the path's colour, under a
-headline that counts the links by path.
+selected node's ~topic_links), with the overlay path it crosses in the path's colour and, for a
+shaped stream, what its subscriber gets (tier, rate cap, budget), under a headline that counts the
+links by path.
 
 :class:`TopicTable` drives the ``topic_table`` QTableWidget and ``topics_label`` of the widget's
 .ui file, on the GUI thread; what each cell says comes from the pure ``topics`` module.
@@ -28,7 +29,8 @@ class TopicTable(PathTable):
     def __init__(self, table: QTableWidget, label: QLabel) -> None:
         """Set up ``table``'s columns (sorted by topic); ``label`` is the headline above it."""
         super().__init__(table, tv.TOPIC_COLUMNS, "topic",
-                         (("topic", 220), ("from", 100), ("to", 100), ("path", 80), ("where", 140)))
+                         (("topic", 340), ("from", 100), ("to", 100), ("path", 80), ("where", 140),
+                          ("rate", 90), ("tier", 130), ("cap", 80)))
         self.label = label
 
     def fill(self, links: Sequence[Any]) -> None:
@@ -45,9 +47,13 @@ class TopicTable(PathTable):
                 "path": item(r.path, tooltip=fmt.path_description(r.path)),
                 "where": item(r.where),
                 "rate": item(r.rate, r.rate_sort),
+                "tier": item(r.shaping.tier, tooltip=r.shaping.tier_tip),
+                "cap": item(r.shaping.cap, r.shaping.cap_sort),
+                "budget": item(r.shaping.budget, r.shaping.budget_sort),
             }
             self.put_row(i, items, r.path)
-            items["rate"].setTextAlignment(Qt.AlignRight | Qt.AlignVCenter)
+            for key in ("rate", "cap"):  # the budget is the last column, stretched: left as text
+                items[key].setTextAlignment(Qt.AlignRight | Qt.AlignVCenter)
         t.setSortingEnabled(True)
         self.label.setText(tv.topics_headline(rows) if rows else NO_LINKS_TEXT)
 

@@ -56,6 +56,8 @@ said is an immutable ``monitor.readings.Reading`` swapped by one assignment. Cha
 deque (thread-safe append/popleft). The ~links/<peer> publishers reach it as one dict that
 overlay-links replaces whole (``PeerTopics.publishers``); rospy registers and unregisters a topic
 with the master while holding its topic manager's lock, which publishing does not take.
+overlay-topics also subscribes to and unsubscribes from shaped streams' stream_state topics (after
+the master answered getPid within 1 s; ros/stream_states.py), whose messages arrive on rospy's threads.
 """
 
 from __future__ import annotations

@@ -2,8 +2,9 @@
 
 A topic link (overlay_manager/TopicLink) is one ROS topic connection between two machines with
 the overlay path it crosses. The Topics view shows one row per link: topic, from, to, path (in
-the path's colour) and rate. Functions read message fields by name, so tests can pass any object
-with those attributes.
+the path's colour), rate and, for a connection of a shaped stream, what the shaping gives that
+subscriber (tier and codec, rate cap, budget: TopicLink.shaping_*). Functions read message fields
+by name, so tests can pass any object with those attributes.
 """
 
 from __future__ import annotations
@@ -24,7 +25,25 @@ TOPIC_COLUMNS: Tuple[Tuple[str, str, str], ...] = (
                      "unknown when neither end is that machine"),
     ("where", "Endpoint / relay", "UDP endpoint of a direct path, the relay, or the DERP region"),
     ("rate", "Rate", "data rate of this connection, from the publisher's byte counter"),
+    ("tier", "Tier", "shaped streams: the tier this subscriber reads and what it is coded with (the "
+                     "tooltip has the rest of the publisher's stream_state); empty = not shaped"),
+    ("cap", "Rate cap", "shaped streams: the highest message rate this subscriber gets now"),
+    ("budget", "Budget", "shaped streams: this subscriber's bitrate budget (its path's, lowered by "
+                         "what its connection delivers); none = full rate"),
 )
+
+
+@dataclass(frozen=True)
+class ShapingCells:
+    """The Tier, Rate cap and Budget cells of a link (all "" for a link that is not shaped).
+    Sort values: -1 for no value; a budget of "none" sorts above every number."""
+
+    tier: str = ""
+    tier_tip: str = ""
+    cap: str = ""
+    cap_sort: float = -1.0
+    budget: str = ""
+    budget_sort: float = -1.0
 
 
 @dataclass(frozen=True)
@@ -41,6 +60,7 @@ class TopicRow:
     topic_tip: str
     sender_tip: str
     receiver_tip: str
+    shaping: ShapingCells = ShapingCells()
 
 
 def machine_text(host: str) -> str:
@@ -68,6 +88,42 @@ def topic_text(topic: str, msg_type: str) -> Tuple[str, str]:
             f"{msg_type}: {original} {SHAPED_TIER_WORDS[tier]}; a viewer restores the type with unshape")
 
 
+NO_BUDGET = "none"
+"""Budget cell of a shaped subscriber without a budget (self and direct paths by default)."""
+
+
+def shaping_cells(link: Any) -> ShapingCells:
+    """What a shaped stream gives this link's subscriber (TopicLink.shaping_*), as cells:
+    "fitted zstd" / "full h264" / "jpeg q62" (a stream without tiers), "(wants full)" when the
+    subscriber reads another tier than its path calls for; "2.0 Hz"; "3.20 Mbit/s" or "none"."""
+    state = getattr(link, "shaping_state", "")
+    sub = getattr(link, "shaping", None)
+    if not state or sub is None:
+        return ShapingCells()
+    codec = f"{sub.codec} q{sub.quality}" if sub.quality else sub.codec
+    tier = " ".join(x for x in (sub.tier, codec) if x) or fmt.NO_VALUE
+    if sub.wanted_tier and sub.tier and sub.wanted_tier != sub.tier:
+        tier += f" (wants {sub.wanted_tier})"
+    budget_kbps = sub.budget_kbps
+    no_budget = fmt.is_nan(budget_kbps)
+    details = [f"from {state}"]
+    for label, value in (("format", getattr(link, "shaping_format", "")),
+                         ("why this rate", getattr(link, "shaping_reason", "")),
+                         ("codec", f"{sub.codec}" + (f" ({sub.codec_reason})" if sub.codec_reason else "")),
+                         ("tier its path calls for", sub.wanted_tier),
+                         ("stream bitrate", "" if fmt.is_nan(sub.bitrate_kbps)
+                          else fmt.format_bitrate(sub.bitrate_kbps * 1000.0)),
+                         ("path as the publisher's machine sees it", sub.path)):
+        if value:
+            details.append(f"{label}: {value}")
+    return ShapingCells(
+        tier=tier, tier_tip="\n".join(details),
+        cap=fmt.NO_VALUE if fmt.is_nan(sub.rate_hz) else f"{sub.rate_hz:.1f} Hz",
+        cap_sort=-1.0 if fmt.is_nan(sub.rate_hz) else float(sub.rate_hz),
+        budget=NO_BUDGET if no_budget else fmt.format_bitrate(budget_kbps * 1000.0),
+        budget_sort=float("inf") if no_budget else float(budget_kbps))
+
+
 def topic_row(link: Any) -> TopicRow:
     """One TopicLink message -> the texts of its row."""
     rate = link.bytes_per_second
@@ -83,7 +139,8 @@ def topic_row(link: Any) -> TopicRow:
         rate=fmt.format_rate(rate), rate_sort=-1.0 if fmt.is_nan(rate) else float(rate),
         topic_tip=topic_tip,
         sender_tip=f"{link.publisher_node} on {machine_text(link.publisher_host)}",
-        receiver_tip=f"{link.subscriber_node} on {machine_text(link.subscriber_host)}")
+        receiver_tip=f"{link.subscriber_node} on {machine_text(link.subscriber_host)}",
+        shaping=shaping_cells(link))
 
 
 def topic_rows(links: Iterable[Any]) -> List[TopicRow]:

@@ -24,7 +24,16 @@ from typing import Dict, Optional
 
 import rospy
 
-from overlay_manager.msg import NatSummary, OverlayStatus, PathChange, Peer, PeerList, TopicLink, TopicLinkList
+from overlay_manager.msg import (
+    NatSummary,
+    OverlayStatus,
+    PathChange,
+    Peer,
+    PeerList,
+    StreamSubscriber,
+    TopicLink,
+    TopicLinkList,
+)
 from overlay_manager.srv import (
     GetPeer,
     GetPeerResponse,
@@ -92,6 +101,18 @@ class FakeOverlayNode:
                       publisher_node="/laptop1/teleop", publisher_host="laptop1",
                       subscriber_node="/robot2/base", subscriber_host="robot2", local=False,
                       path=Peer.PATH_DERP, endpoint="lab", bytes_per_second=math.nan),
+            TopicLink(topic="/robot2/points/shaped", type="overlay_manager/ShapedMessage",
+                      publisher_node="/robot2/topic_shaper", publisher_host="robot2",
+                      subscriber_node="/laptop1/points_unshape", subscriber_host="laptop1", local=False,
+                      path=Peer.PATH_DERP, endpoint="lab", bytes_per_second=480_000.0,
+                      shaping_state="/robot2/points/shaped/stream_state",
+                      shaping_format="sensor_msgs/PointCloud2; zstd; decimate 1/5; 7.12:1",
+                      shaping_reason="path derp",
+                      shaping=StreamSubscriber(
+                          node="/laptop1/points_unshape", host="laptop1", path=Peer.PATH_DERP,
+                          budget_kbps=4000.0, observed_cap_kbps=math.nan, queue_delay_ms=12.0,
+                          tier="fitted", wanted_tier="fitted", codec="zstd", rate_hz=1.5,
+                          bitrate_kbps=3840.0)),
             TopicLink(topic="/rosout", type="rosgraph_msgs/Log", publisher_node="/laptop1/viewer",
                       publisher_host="laptop1", subscriber_node="/rosout", subscriber_host="laptop1",
                       local=True, path=Peer.PATH_SELF, bytes_per_second=100.0),

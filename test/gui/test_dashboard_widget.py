@@ -186,20 +186,20 @@ def test_a_second_dashboard_shows_the_latched_topic_links(qapp, dashboard) -> No
     from overlay_manager.dashboard.model import OverlayModel
     from overlay_manager.dashboard.widget import OverlayDashboardWidget
 
-    wait_for("2 topic links in the first dashboard", lambda: len(dashboard.topic_rows()) == 2, 15,
+    wait_for("3 topic links in the first dashboard", lambda: len(dashboard.topic_rows()) == 3, 15,
              lambda: str(dashboard.snapshot()["topics"]))
     model = OverlayModel(discovery_period_s=0.5)
     second = OverlayDashboardWidget(model)
     second.show()
     second.start()
     try:
-        wait_for("the second dashboard on /overlay_manager with the 2 latched topic links",
-                 lambda: model.node() == NODE and len(second.topic_rows()) == 2,
+        wait_for("the second dashboard on /overlay_manager with the 3 latched topic links",
+                 lambda: model.node() == NODE and len(second.topic_rows()) == 3,
                  15,
                  lambda: f"node={model.node()!r} topics={second.snapshot()['topics']}")
         for _ in range(20):  # and they stay (nothing clears them after the node change)
             qapp.processEvents()
-        assert len(second.topic_rows()) == 2
+        assert len(second.topic_rows()) == 3
     finally:
         second.shutdown()
         model.shutdown()
@@ -210,8 +210,8 @@ def test_a_second_dashboard_shows_the_latched_topic_links(qapp, dashboard) -> No
 
 def test_topics_view_fills(dashboard) -> None:
     from overlay_manager.dashboard.cells import STALE_BACKGROUND
-    wait_for("2 cross-machine topic links in the Topics view (the local /rosout link left out)",
-             lambda: len(dashboard.topic_rows()) == 2 and dashboard.topic_rows()[0]["path_colour"]
+    wait_for("3 cross-machine topic links in the Topics view (the local /rosout link left out)",
+             lambda: len(dashboard.topic_rows()) == 3 and dashboard.topic_rows()[0]["path_colour"]
              != STALE_BACKGROUND,
              15,
              lambda: str(dashboard.snapshot()["topics"]))
@@ -221,11 +221,23 @@ def test_topics_view_fills(dashboard) -> None:
                                                                   "192.0.2.10:41641")
     assert cam["rate"] == "16.0 Mbit/s"
     assert cam["path_colour"] == fmt.path_colour("direct")
+    assert (cam["tier"], cam["cap"], cam["budget"]) == ("", "", "")  # not a shaped stream
     teleop = rows["/robot2/cmd_vel"]
     assert (teleop["from"], teleop["to"], teleop["path"], teleop["where"], teleop["rate"]) == (
         "laptop1", "robot2", "derp", "DERP lab", "-")
     assert teleop["path_colour"] == fmt.path_colour("derp")
-    assert dashboard.snapshot()["topics_headline"] == "2 topic links: 1 derp, 1 direct"
+    # what the shaping gives the relayed viewer of a shaped cloud, from the publisher's stream_state
+    cloud = rows["/robot2/points/shaped (shaped /robot2/points, fitted tier)"]
+    assert (cloud["from"], cloud["to"], cloud["path"], cloud["rate"]) == ("robot2", "laptop1", "derp", "3.84 Mbit/s")
+    assert (cloud["tier"], cloud["cap"], cloud["budget"]) == ("fitted zstd", "1.5 Hz", "4.00 Mbit/s")
+    from overlay_manager.dashboard.topic_table import TCOL
+    table = dashboard.topic_table
+    row = next(r for r in range(table.rowCount()) if table.item(r, TCOL["topic"]).text().startswith("/robot2/points"))
+    tip = table.item(row, TCOL["tier"]).toolTip()
+    assert "from /robot2/points/shaped/stream_state" in tip and "decimate 1/5" in tip, tip
+    assert [table.horizontalHeaderItem(TCOL[k]).text() for k in ("tier", "cap", "budget")] == [
+        "Tier", "Rate cap", "Budget"]
+    assert dashboard.snapshot()["topics_headline"] == "3 topic links: 2 derp, 1 direct"
 
 
 def test_peer_table_gets_most_of_the_window(qapp, rospy_node, fake_node) -> None:
@@ -305,8 +317,8 @@ def test_screenshot(dashboard) -> None:
     assert path.stat().st_size > 10_000
     print(f"screenshot: {path}")
     dashboard.view_tabs.setCurrentWidget(dashboard.topics_tab)  # the Topics view, for the docs
-    wait_for("the Topics view shown with its 2 links",
-             lambda: dashboard.topic_table.isVisible() and dashboard.topic_table.rowCount() == 2,
+    wait_for("the Topics view shown with its 3 links",
+             lambda: dashboard.topic_table.isVisible() and dashboard.topic_table.rowCount() == 3,
              10)
     topics = ARTIFACTS / "dashboard_topics.png"
     try:

@@ -8,6 +8,8 @@ from types import SimpleNamespace
 from overlay_manager.view import text as fmt
 from overlay_manager.view.state import MIN_STALE_AFTER_S, Freshness
 from overlay_manager.view.topics import (
+    NO_BUDGET,
+    ShapingCells,
     reported_stale_text,
     stale_text,
     topic_row,
@@ -46,6 +48,46 @@ def test_shaped_topic_tiers_say_what_the_subscriber_gets() -> None:
     assert topic_row(link(topic="/robot1/points/shaped", type="sensor_msgs/PointCloud2")).topic == \
         "/robot1/points/shaped"
     assert topic_row(link(topic="/shaped", type="overlay_manager/ShapedMessage")).topic == "/shaped"
+
+
+def shaping(**kw: object) -> SimpleNamespace:
+    """A StreamSubscriber-like entry of a relayed subscriber of a shaped cloud."""
+    base = dict(node="/viewer", host="laptop", path="derp", budget_kbps=4000.0, observed_cap_kbps=math.nan,
+                backlog_bytes=0, queue_delay_ms=math.nan, tier="fitted", wanted_tier="fitted", codec="zstd",
+                codec_reason="", quality=0, rate_hz=1.5, bitrate_kbps=3900.0)
+    base.update(kw)
+    return SimpleNamespace(**base)
+
+
+def test_shaping_cells_say_tier_rate_cap_and_budget() -> None:
+    r = topic_row(link(topic="/robot1/points/shaped", type="overlay_manager/ShapedMessage", path="derp",
+                       shaping_state="/robot1/points/shaped/stream_state",
+                       shaping_format="sensor_msgs/PointCloud2; zstd; decimate 1/5; 7.12:1",
+                       shaping_reason="path derp", shaping=shaping()))
+    c = r.shaping
+    assert (c.tier, c.cap, c.budget) == ("fitted zstd", "1.5 Hz", "4.00 Mbit/s")
+    assert (c.cap_sort, c.budget_sort) == (1.5, 4000.0)
+    assert c.tier_tip.splitlines()[:3] == ["from /robot1/points/shaped/stream_state",
+                                           "format: sensor_msgs/PointCloud2; zstd; decimate 1/5; 7.12:1",
+                                           "why this rate: path derp"]
+    assert "stream bitrate: 3.90 Mbit/s" in c.tier_tip and "path as the publisher's machine sees it: derp" in c.tier_tip
+    # a camera without tiers on a direct path: codec and quality, no budget (sorts above every number)
+    cam = topic_row(link(topic="/robot1/cam/link_aware", shaping_state="/robot1/cam/link_aware/stream_state",
+                         shaping=shaping(tier="", wanted_tier="", codec="jpeg", quality=62, rate_hz=30.0,
+                                         budget_kbps=math.nan, bitrate_kbps=math.nan))).shaping
+    assert (cam.tier, cam.cap, cam.budget, cam.budget_sort) == ("jpeg q62", "30.0 Hz", NO_BUDGET, math.inf)
+    assert "stream bitrate" not in cam.tier_tip
+    # a subscriber that cannot follow the directory stays on the fitted tier
+    stuck = topic_row(link(shaping_state="/s/stream_state", shaping=shaping(wanted_tier="full", rate_hz=math.nan)))
+    assert (stuck.shaping.tier, stuck.shaping.cap, stuck.shaping.cap_sort) == ("fitted zstd (wants full)",
+                                                                               fmt.NO_VALUE, -1.0)
+
+
+def test_links_without_shaping_have_empty_cells() -> None:
+    assert topic_row(link()).shaping == ShapingCells()  # an object without the fields (older links)
+    unshaped = link(shaping_state="", shaping=shaping(rate_hz=math.nan, budget_kbps=math.nan))
+    assert topic_row(unshaped).shaping == ShapingCells()
+    assert (ShapingCells().tier, ShapingCells().cap, ShapingCells().budget) == ("", "", "")
 
 
 def test_topic_rows_leave_local_links_out_and_headline() -> None:
