@@ -125,6 +125,31 @@ class TopicLinks(unittest.TestCase):
         self.assertNotIn(node, subscribers_of("/far/points/shaped/stream_state"))
         self.assertIn("/far/points/shaped/stream_state", dict(rosgraph.Master("/t").getPublishedTopics("")))
 
+    def test_real_topic_shaper(self):
+        """The real topic shaper (a nodelet: its tiers and stream_state come from one caller id)
+        and the real unshape on robotb."""
+        key = ("/local_chatter/shaped", "/topic_shaper", "/chatter_unshape")
+        state = "/local_chatter/shaped/stream_state"
+        last = []
+
+        def ready():
+            last[:] = [self.shaping_of(key)]
+            return last[0][1] if last[0][0] == state else None
+
+        link = wait_for(f"{key} with the shaping of {state}", ready, describe=lambda: last)
+        sub = link.shaping
+        self.assertEqual((link.type, link.path, link.subscriber_host), ("overlay_manager/ShapedMessage", "direct",
+                                                                        "robotb"))
+        self.assertEqual((sub.node, sub.host, sub.path, sub.tier, sub.codec, sub.budget_kbps),
+                         ("/chatter_unshape", "robotb", "direct", "fitted", "zstd", 800.0))
+        self.assertGreater(sub.rate_hz, 0.0)
+        self.assertTrue(link.shaping_format.startswith("std_msgs/String; zstd"), link.shaping_format)
+        # the shaper's other topics to the viewer (type, tier directory) are not shaped streams
+        for other in ("/local_chatter/shaped/type", "/local_chatter/shaped/tiers"):
+            found = by_pair(self.call()).get((other, "/topic_shaper", "/chatter_unshape"))
+            self.assertIsNotNone(found, other)
+            self.assertEqual(found.shaping_state, "", other)
+
     def test_stream_state_that_goes_away_is_unfollowed(self):
         wait_for(f"{SHAPED} shaped", lambda: self.shaping_of(SHAPED)[0] == STATE)
         control = rospy.Publisher("/shaper/control", String, queue_size=1, latch=True)
