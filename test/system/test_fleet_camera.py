@@ -47,7 +47,8 @@ MEASURED: Dict[str, Any] = {}
 
 @pytest.fixture(scope="module")
 def fleet(lab_factory):
-    """The fleet campus with cameras, encoders and echoes running and every link derp."""
+    """The fleet campus with cameras, encoders and echoes running and every link derp; the lab
+    down at the end of the module (its idle daemons would share the cores with later modules)."""
     lab = lab_factory(SPEC)
     fc = FleetCamera(lab, say=lambda m: print(f"[fleet] {m}", flush=True))
     try:
@@ -57,7 +58,10 @@ def fleet(lab_factory):
         robots.print_launch_logs(lab, (*ROBOTS, LAPTOP))
         raise
     finally:
-        fc.stop()
+        try:
+            fc.stop()
+        finally:
+            lab.down()  # lab_factory's own down() at session end is a no-op then
 
 
 def test_four_streams_over_one_relayed_uplink(fleet):

@@ -42,12 +42,17 @@ LISTEN_PORT = 7411
 
 
 @pytest.fixture(scope="module")
-def lab(lab_factory: Callable[..., Lab]) -> Lab:
-    """Three buildings (eim, eim, adpm), four hosts, all enrolled with `tailscale up`."""
+def lab(lab_factory: Callable[..., Lab]) -> Iterator[Lab]:
+    """Three buildings (eim, eim, adpm), four hosts, all enrolled with `tailscale up`; down at the
+    end of the module (not of the session: its idle daemons would share the cores with the
+    modules after this one)."""
     t0 = time.monotonic()
     lab = lab_factory(PATHS_SPEC, enrol=True, robot_overrides={"node": {"manage_hosts": True}})
     print(f"paths lab up and enrolled in {time.monotonic() - t0:.1f} s")
-    return lab
+    try:
+        yield lab
+    finally:
+        lab.down()  # lab_factory's own down() at session end is a no-op then
 
 
 @pytest.fixture
