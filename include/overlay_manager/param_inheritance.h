@@ -9,6 +9,9 @@
 // the one remembered is the node's: it is refreshed from the shared value, or removed when the shared
 // key is gone (the default applies again). Any other key present is the user's and wins, including a
 // remembered key whose value was changed since (a launch file's <param>, rosparam set, rqt_reconfigure).
+// Limits: a per-stream value the user sets equal to the one the node wrote last time passes for the
+// node's; a crash between the reconfigure server's first writes and the record that follows them
+// (the moment the stream starts) leaves those values looking like the user's.
 #pragma once
 
 #include <map>

@@ -13,6 +13,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 import unittest
 from typing import List, Optional
 
@@ -65,6 +66,12 @@ class LinkAwareRestart(unittest.TestCase):
         # both streams started: the H.264 stream's reconfigure server (the last thing started) wrote its values
         wait_for(H264_NS + "/max_rate written by the H.264 stream's reconfigure server",
                  lambda: param(H264_NS + "/max_rate") is not None, START_TIMEOUT_S)
+        # and remembered what it wrote (after its server's writes: the kill below must not fall between
+        # them, as a crash at that moment would leave the server's values unremembered). A node
+        # that remembers nothing gets 3 s, then the checks below show what it leaves behind.
+        deadline = time.monotonic() + 3.0
+        while time.monotonic() < deadline and "max_rate" not in (param(H264_NS + "/inherited_params") or {}):
+            time.sleep(0.05)
         wait_for(IMAGE + "/link_aware advertised by " + NODE,
                  lambda: NODE in publishers(IMAGE + "/link_aware"), START_TIMEOUT_S)
         self.assertEqual(publishers(IMAGE + "/link_aware/full"), [], "first run: ~tiers false, no full tier")
