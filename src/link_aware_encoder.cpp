@@ -27,7 +27,10 @@
 // budget_kbps_<path>, adapt_to_delivery, max_backlog_ms, state_period, peers_topic, limits; h264:
 // gop, crf, max_video_kbps, min_video_kbps, video_share). Each stream reads its own namespace,
 // ~link_aware/ (JPEG) and ~link_aware_h264/ (H.264), where its dynamic_reconfigure server lives
-// too; a parameter set directly under ~ applies to both streams unless set in theirs.
+// too; a parameter set directly under ~ applies to both streams unless set in theirs. The copies the
+// node makes there (and its reconfigure servers' values) are remembered in <stream>/inherited_params
+// and follow the shared value at every start, also with a master that outlived the node
+// (param_inheritance.h); what the user sets in a stream's namespace is kept.
 //
 // Threads and locks
 //   * frame thread (the nodelet's single-threaded queue): image callback and the outputs'
@@ -52,20 +55,6 @@
 
 namespace overlay_manager
 {
-namespace
-{
-/// Copies the parameters directly under `from` into `to` where `to` does not set them itself
-/// (the streams' own namespaces are not copied into each other).
-void inheritParams(const ros::NodeHandle& from, const ros::NodeHandle& to)
-{
-  XmlRpc::XmlRpcValue shared;
-  if (!from.getParam(from.getNamespace(), shared) || shared.getType() != XmlRpc::XmlRpcValue::TypeStruct)
-    return;
-  for (auto& kv : shared)
-    if (kv.first != "link_aware" && kv.first != "link_aware_h264" && !to.hasParam(kv.first))
-      to.setParam(kv.first, kv.second);
-}
-}  // namespace
 
 class LinkAwareEncoder : public nodelet::Nodelet
 {
@@ -96,8 +85,11 @@ private:
     const ros::NodeHandle jpeg_params(pnh, "link_aware"), h264_params(pnh, "link_aware_h264");
     try
     {
-      inheritParams(pnh, jpeg_params);
-      inheritParams(pnh, h264_params);
+      std::map<std::string, XmlRpc::XmlRpcValue> shared = paramsIn(pnh);  // not the streams' namespaces
+      shared.erase("link_aware");
+      shared.erase("link_aware_h264");
+      inheritParams(shared, jpeg_params);
+      inheritParams(shared, h264_params);
       jpeg_options = readStreamOptions(jpeg_params);
       h264_options = readStreamOptions(h264_params, "h264");
     }

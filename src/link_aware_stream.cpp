@@ -1,13 +1,69 @@
 // One link-aware image stream (see link_aware_stream.h).
 #include "overlay_manager/link_aware_stream.h"
 
+#include "overlay_manager/param_inheritance.h"
 #include "overlay_manager/subscriber_hosts.h"
 #include "overlay_manager/viewer_decoders.h"
 
+#include <set>
 #include <string>
 
 namespace overlay_manager
 {
+
+std::map<std::string, XmlRpc::XmlRpcValue> paramsIn(const ros::NodeHandle& nh)
+{
+  std::map<std::string, XmlRpc::XmlRpcValue> out;
+  XmlRpc::XmlRpcValue all;
+  if (!nh.getParam(nh.getNamespace(), all) || all.getType() != XmlRpc::XmlRpcValue::TypeStruct)
+    return out;
+  for (XmlRpc::XmlRpcValue::iterator it = all.begin(); it != all.end(); ++it)
+    out.insert(*it);
+  return out;
+}
+
+namespace
+{
+/// What the node wrote into `stream`'s namespace last time (key -> value; param_inheritance.h).
+std::map<std::string, XmlRpc::XmlRpcValue> remembered(const std::map<std::string, XmlRpc::XmlRpcValue>& params)
+{
+  std::map<std::string, XmlRpc::XmlRpcValue> out;
+  const auto it = params.find(kInheritedParamsKey);
+  if (it == params.end() || it->second.getType() != XmlRpc::XmlRpcValue::TypeStruct)
+    return out;
+  XmlRpc::XmlRpcValue record = it->second;
+  for (XmlRpc::XmlRpcValue::iterator r = record.begin(); r != record.end(); ++r)
+    out.insert(*r);
+  return out;
+}
+
+void remember(const ros::NodeHandle& stream, const std::map<std::string, XmlRpc::XmlRpcValue>& written)
+{
+  if (written.empty())
+  {
+    stream.deleteParam(kInheritedParamsKey);
+    return;
+  }
+  XmlRpc::XmlRpcValue record;
+  for (const auto& kv : written)
+    record[kv.first] = kv.second;
+  stream.setParam(kInheritedParamsKey, record);
+}
+}  // namespace
+
+void inheritParams(const std::map<std::string, XmlRpc::XmlRpcValue>& shared, const ros::NodeHandle& stream)
+{
+  std::map<std::string, XmlRpc::XmlRpcValue> current = paramsIn(stream);
+  const std::map<std::string, XmlRpc::XmlRpcValue> before = remembered(current);
+  current.erase(kInheritedParamsKey);
+  const InheritPlan<XmlRpc::XmlRpcValue> plan = planInherit(shared, current, before);
+  // remembered first: a crash in between leaves no copy that would pass for the user's
+  remember(stream, plan.set);
+  for (const auto& kv : plan.set)
+    stream.setParam(kv.first, kv.second);
+  for (const std::string& key : plan.erase)
+    stream.deleteParam(key);
+}
 
 HostAliases readHostAliases(const ros::NodeHandle& pnh)
 {
@@ -149,6 +205,14 @@ void LinkAwareStream::start()
 {
   ros::NodeHandle params(param_ns_.empty() ? topic() : param_ns_);
   params.setCallbackQueue(shaped_->controlQueue());  // reconfigure requests run on the control thread
+  // the server writes its values into the namespace: the ones it adds are the node's, not the
+  // user's (inheritParams refreshes or removes them at the next start)
+  const std::map<std::string, XmlRpc::XmlRpcValue> before = paramsIn(params);
+  std::set<std::string> owned, present;
+  for (const auto& kv : remembered(before))
+    owned.insert(kv.first);
+  for (const auto& kv : before)
+    present.insert(kv.first);
   try
   {
     reconfigure_ = startReconfigure(*this, params);
@@ -157,6 +221,7 @@ void LinkAwareStream::start()
   {
     ROS_ERROR("%s: no dynamic_reconfigure server (%s): settings are fixed until a restart", topic().c_str(), e.what());
   }
+  remember(params, rememberAfterStart(owned, present, paramsIn(params)));
   shaped_->start();
 }
 

@@ -92,6 +92,8 @@ protected:
     options.format = streamFormat().empty() ? options.format : streamFormat();
     try
     {
+      // the values an earlier run's reconfigure server left there are not the user's
+      inheritParams({}, ros::NodeHandle(topic));
       options = readStreamOptions(ros::NodeHandle(topic), streamFormat());
     }
     catch (const ParamError& e)

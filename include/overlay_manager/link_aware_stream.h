@@ -20,6 +20,7 @@
 #include <sensor_msgs/Image.h>
 
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <stdexcept>
@@ -72,6 +73,16 @@ HostAliases readHostAliases(const ros::NodeHandle& pnh);
 /// non-empty fixes the format (the h264 transport) instead of reading it. Throws ParamError naming
 /// the parameter.
 StreamOptions readStreamOptions(const ros::NodeHandle& params, const std::string& format = "");
+
+/// The parameters directly under `nh`'s namespace, name -> value (none when it has none).
+std::map<std::string, XmlRpc::XmlRpcValue> paramsIn(const ros::NodeHandle& nh);
+
+/// Before a stream reads its options from `stream` (its own namespace): copies the `shared`
+/// parameters there where the user does not set them, refreshes the copies and dynamic_reconfigure
+/// values an earlier run of the node left there, and removes those whose shared key is gone
+/// (param_inheritance.h; what the node wrote is remembered in <stream>/inherited_params). `shared`
+/// empty: only the leftovers of an earlier run go (the transports, whose streams share nothing).
+void inheritParams(const std::map<std::string, XmlRpc::XmlRpcValue>& shared, const ros::NodeHandle& stream);
 
 class LinkAwareStream;
 
