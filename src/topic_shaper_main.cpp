@@ -15,6 +15,7 @@
 #include <malloc.h>
 #endif
 #include <cstdlib>
+#include <cstring>
 #include <sstream>
 
 namespace
@@ -27,11 +28,16 @@ namespace
 /// standalone node sets it: a nodelet manager's process is its owner's to tune (docs/shaping.md).
 const int kMmapThresholdBytes = 1 << 20;
 
-/// Fixes the allocator's mmap threshold unless MALLOC_MMAP_THRESHOLD_ in the environment sets one.
+/// Fixes the allocator's mmap threshold unless the environment sets one (MALLOC_MMAP_THRESHOLD_, or
+/// glibc.malloc.mmap_threshold in GLIBC_TUNABLES).
 void fixMmapThreshold()
 {
 #ifdef __GLIBC__
-  if (std::getenv("MALLOC_MMAP_THRESHOLD_") == nullptr && mallopt(M_MMAP_THRESHOLD, kMmapThresholdBytes) != 1)
+  const char* tunables = std::getenv("GLIBC_TUNABLES");
+  if (std::getenv("MALLOC_MMAP_THRESHOLD_") != nullptr ||
+      (tunables != nullptr && std::strstr(tunables, "glibc.malloc.mmap_threshold") != nullptr))
+    return;
+  if (mallopt(M_MMAP_THRESHOLD, kMmapThresholdBytes) != 1)
     ROS_WARN("could not set the allocator's mmap threshold to %d bytes: large freed buffers may stay resident",
              kMmapThresholdBytes);
 #endif
