@@ -350,10 +350,12 @@ private:
   }
 
   /// Reduces the cloud in bytes_ into reduced_ (serialized); false (logged) when it cannot be read
-  /// or reduced: the cloud then goes out whole.
+  /// or reduced: the cloud then goes out whole. The cloud and the reduced points are read and written
+  /// into members whose capacity stays from one message to the next: no cloud-sized allocation per
+  /// message (a freed multi-MB block would make the allocator keep it, and the RSS step up).
   bool reduce(const shaping::ShapingDecision& d, std::string* reduction, uint32_t* point_step)
   {
-    sensor_msgs::PointCloud2 c;
+    sensor_msgs::PointCloud2& c = cloud_;
     try
     {
       ros::serialization::IStream is(bytes_.data(), static_cast<uint32_t>(bytes_.size()));
@@ -373,11 +375,10 @@ private:
       return false;
     }
     shaping::CloudLayout out_layout;
-    std::vector<uint8_t> out_data;
     std::string error;
     if (d.voxel)
     {
-      if (!shaping::voxelFilter(layout, c.data.data(), options_.shaping.voxel_m, &out_layout, &out_data, &error))
+      if (!shaping::voxelFilter(layout, c.data.data(), options_.shaping.voxel_m, &out_layout, &points_, &error))
       {
         log_.report(ros::console::levels::Error, "voxel", "cannot reduce a cloud: " + error + " (sent whole)");
         return false;
@@ -388,18 +389,20 @@ private:
     }
     else
     {
-      shaping::decimate(layout, c.data.data(), d.decimation, &out_layout, &out_data);
+      shaping::decimate(layout, c.data.data(), d.decimation, &out_layout, &points_);
       *reduction = "decimate 1/" + std::to_string(d.decimation);
     }
     c.height = out_layout.height;
     c.width = out_layout.width;
     c.row_step = out_layout.row_step;
     c.is_dense = out_layout.is_dense;
-    c.data.swap(out_data);
     *point_step = c.point_step;
+    // serialized with the reduced points, then each buffer back where it is reused
+    c.data.swap(points_);
     reduced_.resize(ros::serialization::serializationLength(c));
     ros::serialization::OStream os(reduced_.data(), static_cast<uint32_t>(reduced_.size()));
     ros::serialization::serialize(os, c);
+    c.data.swap(points_);
     return true;
   }
 
@@ -411,6 +414,8 @@ private:
   std::string type_;
   bool has_header_ = false;
   std::vector<uint8_t> bytes_, reduced_, shuffled_;
+  sensor_msgs::PointCloud2 cloud_;  ///< the cloud being reduced (its data keeps its capacity)
+  std::vector<uint8_t> points_;     ///< the reduced points (keeps its capacity)
 };
 
 class TopicShaper : public nodelet::Nodelet

@@ -125,12 +125,14 @@ bool xyzOffsets(const CloudLayout& layout, uint32_t* x, uint32_t* y, uint32_t* z
 
 /// Keeps every `keep_every`-th point (row by row); the result is unordered (height 1), dense as
 /// the input, rows without padding. `layout` must have passed checkCloud. keep_every <= 1 copies.
+/// `out_data` is resized in place: a vector reused across calls keeps its buffer.
 void decimate(const CloudLayout& layout, const uint8_t* data, uint32_t keep_every, CloudLayout* out_layout,
               std::vector<uint8_t>* out_data);
 
 /// Keeps the first point of every cube of `leaf_m` metres (x, y, z float32 fields; points with a
 /// non-finite coordinate are dropped; the result is unordered and dense). False with `error` when
 /// the cloud has no float32 x/y/z or leaf_m is not > 0. `layout` must have passed checkCloud.
+/// `out_data` is resized in place, as by decimate.
 bool voxelFilter(const CloudLayout& layout, const uint8_t* data, double leaf_m, CloudLayout* out_layout,
                  std::vector<uint8_t>* out_data, std::string* error);
 

@@ -246,6 +246,38 @@ TEST(Cloud, VoxelKeepsOnePointPerCubeAndDropsNaN)
   EXPECT_NE(error.find("float32"), std::string::npos);
 }
 
+// The shaper reduces every cloud into one vector it keeps (no cloud-sized allocation per message):
+// the reductions must write into the vector they get, keeping its buffer, not hand back a new one.
+TEST(Cloud, ReductionsReuseTheOutputBuffer)
+{
+  const CloudLayout l = cloudLayout(200, 100);
+  const std::vector<uint8_t> d = cloudData(l);
+  CloudLayout out;
+  std::vector<uint8_t> od;
+  decimate(l, d.data(), 4, &out, &od);
+  const uint8_t* const buffer = od.data();
+  const size_t capacity = od.capacity();
+  for (uint32_t keep_every : { 4u, 17u, 4u, 64u })
+  {
+    decimate(l, d.data(), keep_every, &out, &od);
+    EXPECT_EQ(od.size(), static_cast<size_t>(out.width) * 16);
+    EXPECT_EQ(od.data(), buffer) << "decimate 1/" << keep_every << " replaced the output buffer";
+    EXPECT_EQ(od.capacity(), capacity);
+  }
+  std::vector<uint8_t> ov;
+  std::string error;
+  ASSERT_TRUE(voxelFilter(l, d.data(), 0.1, &out, &ov, &error)) << error;
+  const uint8_t* const voxel_buffer = ov.data();
+  const size_t voxel_capacity = ov.capacity();
+  for (double leaf : { 0.1, 0.05, 0.1 })
+  {
+    ASSERT_TRUE(voxelFilter(l, d.data(), leaf, &out, &ov, &error)) << error;
+    EXPECT_EQ(ov.size(), static_cast<size_t>(out.width) * 16);
+    EXPECT_EQ(ov.data(), voxel_buffer) << "voxel " << leaf << " m replaced the output buffer";
+    EXPECT_EQ(ov.capacity(), voxel_capacity);
+  }
+}
+
 TEST(Policy, NoBudgetMeansFullRateAndContent)
 {
   ShapingParams p;
