@@ -44,7 +44,9 @@ struct ShapingCore::Tier
 {
   explicit Tier(const PolicyParams& p) : policy(p) {}
   StreamPolicy policy;
-  double next_due_s = 0.0;
+  /// Time slot of the last message let through (s): the next is due one period of the rate now
+  /// after it, whatever the rate was when this one passed.
+  double last_slot_s = -std::numeric_limits<double>::infinity();
   bool backed_up = false;      ///< reference_chain: a subscriber's connection is backed up
   bool keyframe_wanted = true; ///< reference_chain: the next message starts a chain
   double last_forced_keyframe_s = -std::numeric_limits<double>::infinity();
@@ -213,6 +215,13 @@ void ShapingCore::decideLocked()
     kv.second->policy.setSubscribers(views[kv.first]);
 }
 
+double ShapingCore::backlogLimitMs(const Tier& t) const
+{
+  // one message of the tier's stream is last_out_hz's period long, in ms of the stream
+  const double message_ms = t.last_out_hz > 0.0 ? 1000.0 / t.last_out_hz : 0.0;
+  return std::max(settings_.max_backlog_ms, settings_.min_backlog_messages * message_ms);
+}
+
 bool ShapingCore::forceKeyframeLocked(Tier& t, double now_s)
 {
   if (now_s - t.last_forced_keyframe_s < kMinForcedKeyframeS)
@@ -247,10 +256,11 @@ void ShapingCore::observeDelivery(double now_s, const std::map<SubKey, DeliveryS
     SubscriberView v;
     v.path = nodes_[kv.first.node].path;
     const double out_kbps = t.last_kbps;
-    s.cap.update(now_s, s.backlog_bytes, out_kbps, t.policy.budgetFor(v), settings_.max_backlog_ms, delivered_kbps,
+    const double max_backlog_ms = backlogLimitMs(t);
+    s.cap.update(now_s, s.backlog_bytes, out_kbps, t.policy.budgetFor(v), max_backlog_ms, delivered_kbps,
                  got.queue_delay_ms);
     bool& b = backed_up[kv.first.tier];
-    b = b || skipForBacklog(s.backlog_bytes, out_kbps, settings_.max_backlog_ms);
+    b = b || skipForBacklog(s.backlog_bytes, out_kbps, max_backlog_ms);
   }
   if (traits_.reference_chain)
     for (auto& kv : tiers_)
@@ -289,7 +299,7 @@ bool ShapingCore::recheck(double now_s, const std::map<SubKey, DeliverySample>& 
   {
     Tier& t = *kv.second;
     if (t.backed_up &&
-        resumeAfterSkip(worst[kv.first], t.policy.videoBitrateKbps(), settings_.max_backlog_ms))
+        resumeAfterSkip(worst[kv.first], t.policy.videoBitrateKbps(), backlogLimitMs(t)))
     {
       t.backed_up = false;
       forceKeyframeLocked(t, now_s);
@@ -324,12 +334,15 @@ Admission ShapingCore::admit(const std::string& tier, double now_s)
     a.skipped = true;
     return a;
   }
-  // Frame gate: pass a message when it is due; a 20 % early tolerance keeps a 30 Hz input at
-  // 30 Hz under a 30 Hz cap despite arrival jitter.
+  // Frame gate: pass a message when it is due one period of the rate NOW after the last one's
+  // slot (a rate raised since, e.g. once a large first message is followed by reduced ones or a
+  // delivery cap is lifted, takes effect at once instead of after the old, longer period); a 20 %
+  // early tolerance keeps a 30 Hz input at 30 Hz under a 30 Hz cap despite arrival jitter. The
+  // slot keeps the phase of the schedule, at most one period behind the message.
   const double period = 1.0 / a.decision.rate_hz;
-  if (now_s < t.next_due_s - 0.2 * period)
+  if (now_s < t.last_slot_s + 0.8 * period)
     return a;
-  t.next_due_s = std::min(std::max(t.next_due_s + period, now_s), now_s + period);
+  t.last_slot_s = std::isinf(t.last_slot_s) ? now_s : std::min(std::max(t.last_slot_s + period, now_s - period), now_s);
   a.due = true;
   if (traits_.reference_chain && t.keyframe_wanted)
   {

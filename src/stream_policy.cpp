@@ -175,6 +175,13 @@ void StreamPolicy::applyBudget()
     const double pred = predictedKbps();
     if (!std::isnan(pred) && pred > budget && decision_.quality <= params_.min_quality)
       decision_.rate_hz = clampRate(budget * 1000.0 / (size_bytes_ * 8.0));
+    // And back up at once when the budget rises (a delivery cap lifted, a new budget set) on a
+    // stream at full quality: waiting for the next message to raise the rate meant waiting one
+    // period of the old, low rate (seconds on a stream of large messages).
+    else if (!std::isnan(pred) && pred < params_.raise_below * budget && decision_.quality >= params_.max_quality &&
+             decision_.rate_hz < params_.max_rate_hz)
+      decision_.rate_hz =
+          std::max(decision_.rate_hz, clampRate(params_.raise_below * budget * 1000.0 / (size_bytes_ * 8.0)));
   }
 }
 

@@ -229,6 +229,8 @@ public:
     }
     const uint32_t size = in.size();
     const bool budgeted = !std::isinf(a.decision.budget_kbps);
+    if (budgeted)
+      policy_.onInput(size, cloudReducible(type));
     if (!budgeted || !options_.shaping.compress)
     {
       if (!budgeted)
@@ -446,17 +448,7 @@ private:
     in_topic_ = nh.resolveName("in");
     const std::string out_topic = in_topic_ + "/shaped";
     TopicOptions o;
-    PolicyParams& p = o.core.policy;
-    p.budget_kbps = options.shaping.budget_kbps;
-    p.max_rate_hz = options.shaping.max_rate_hz > 0.0 ? options.shaping.max_rate_hz : 1000.0;
-    p.min_rate_hz = 0.01;               // a heavy message may be slow: the budget decides
-    p.min_quality = p.max_quality = 90; // no quality steps: the policy fits the rate to the size sent
-    // the skip gate's measure (a budgeted tier's stream) and no cap on a full tier
-    p.video_share = 1.0;
-    p.min_video_kbps = 1.0;
-    p.max_video_kbps = 1e7;
-    o.core.adapt_to_delivery = options.adapt_to_delivery;
-    o.core.max_backlog_ms = options.max_backlog_ms;
+    o.core = shaping::coreSettings(options.shaping, options.max_backlog_ms, options.adapt_to_delivery);
     o.state_period = options.state_period;
     o.peers_topic = options.peers_topic;
     o.host_aliases = options.host_aliases;

@@ -353,6 +353,35 @@ void ShapingPolicy::setBudgetKbps(double budget_kbps, const std::string& limited
   decide();
 }
 
+void ShapingPolicy::onInput(size_t input_bytes, bool reducible)
+{
+  if (!std::isnan(full_bytes_) || !std::isnan(voxel_bytes_))
+    return;  // sizes sent say more
+  input_bytes_ = static_cast<double>(input_bytes);
+  reducible_ = reducible;
+  decide();
+}
+
+CoreSettings coreSettings(const ShapingParams& shaping, double max_backlog_ms, bool adapt_to_delivery)
+{
+  CoreSettings c;
+  PolicyParams& p = c.policy;
+  p.budget_kbps = shaping.budget_kbps;
+  p.max_rate_hz = shaping.max_rate_hz > 0.0 ? shaping.max_rate_hz : 1000.0;
+  p.min_rate_hz = 0.01;                // a heavy message may be slow: the budget decides
+  p.min_quality = p.max_quality = 90;  // no quality steps: the policy fits the rate to the size sent
+  p.raise_below = kBudgetShare;        // the rate aims at this share of the budget
+  p.size_smoothing = 1.0;              // the rate follows the last size: a reduction step acts at once
+  // the skip gate's measure (a budgeted tier's stream) and no cap on a full tier
+  p.video_share = 1.0;
+  p.min_video_kbps = 1.0;
+  p.max_video_kbps = 1e7;
+  c.adapt_to_delivery = adapt_to_delivery;
+  c.max_backlog_ms = max_backlog_ms;
+  c.min_backlog_messages = 1.0;  // the newest message on its way is no backlog
+  return c;
+}
+
 void ShapingPolicy::onMessageSent(size_t sent_bytes, uint32_t decimation, bool voxel, bool reducible)
 {
   reducible_ = reducible;
@@ -398,14 +427,19 @@ void ShapingPolicy::decide()
     decision_ = d;
     return;
   }
-  if (std::isnan(full_bytes_) && std::isnan(voxel_bytes_))
+  const bool sent_none = std::isnan(full_bytes_) && std::isnan(voxel_bytes_);
+  if (sent_none && std::isnan(input_bytes_))
   {
-    // nothing sent yet: one message goes out at once, then the rate follows its size
+    // nothing seen yet: one message goes out at once, then the rate follows its size
     decision_ = d;
     return;
   }
-  const double budget_bytes_s = d.budget_kbps * 1000.0 / 8.0;
-  const double full = std::isnan(full_bytes_) ? voxel_bytes_ : full_bytes_;
+  // the stream aims at kBudgetShare of the budget, as the shaping core's rate does
+  const double budget_bytes_s = kBudgetShare * d.budget_kbps * 1000.0 / 8.0;
+  // before the first message is sent, its uncompressed size stands in for it (an upper bound): a
+  // cloud's first message is reduced like the next ones instead of going out whole, seconds of
+  // the budget at once
+  const double full = sent_none ? input_bytes_ : std::isnan(full_bytes_) ? voxel_bytes_ : full_bytes_;
   const double lossless_hz = budget_bytes_s / std::max(1.0, full);
   d.rate_hz = std::min(max_rate, lossless_hz);
   if (reducible_ && params_.lossy != Lossy::kNone && lossless_hz < params_.lossy_below_hz)

@@ -68,6 +68,12 @@ struct CoreSettings
   PolicyParams policy;
   bool adapt_to_delivery = true;  ///< caps learnt from delivery lower a subscriber's budget
   double max_backlog_ms = 200.0;  ///< unsent bytes (in ms of stream) that count as backing up
+  /// max_backlog_ms is at least this many messages of a tier's stream (its period at the output
+  /// rate of the last window): a stream of large, infrequent messages (a 365 KB map at 1 Hz) holds
+  /// its newest message in its connection for a while after every send, which is that message on
+  /// its way, not a backlog; counted as one it cut the stream's cap to a fraction of its budget.
+  /// 0 = max_backlog_ms alone (images).
+  double min_backlog_messages = 0.0;
 };
 
 /// One subscriber's connections as the kernel sees them at one delivery check.
@@ -209,6 +215,8 @@ private:
   Tier& tierLocked(const std::string& name);
   void decideLocked();
   bool forceKeyframeLocked(Tier& t, double now_s);
+  /// max_backlog_ms for `t`, at least min_backlog_messages of its stream.
+  double backlogLimitMs(const Tier& t) const;
 
   const ShaperTraits traits_;
   mutable std::mutex mutex_;

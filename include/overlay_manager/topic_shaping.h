@@ -12,6 +12,7 @@
 #ifndef OVERLAY_MANAGER_TOPIC_SHAPING_H
 #define OVERLAY_MANAGER_TOPIC_SHAPING_H
 
+#include "overlay_manager/shaping_core.h"  // CoreSettings
 #include "overlay_manager/stream_policy.h"  // paths::k*, SubscriberView (header-only parts)
 
 #include <cstddef>
@@ -147,6 +148,10 @@ enum class Lossy
 bool parseLossy(const std::string& word, Lossy* out);
 const char* lossyWord(Lossy l);
 
+/// Share of a budget a shaped topic aims at (rate and reduction alike): the rest absorbs the
+/// jitter of message sizes.
+const double kBudgetShare = 0.9;
+
 /// One shaped topic's settings (parameter names in docs/shaping.md). Rates in Hz, budgets in kbit/s.
 struct ShapingParams
 {
@@ -196,6 +201,10 @@ public:
   /// who limits it: replaces the subscribers' budgets (setSubscribers).
   void setBudgetKbps(double budget_kbps, const std::string& limited_by);
 
+  /// A message of `input_bytes` (serialized, before shaping) arrives; before the first one is sent
+  /// its size is the estimate the reduction is chosen from. `reducible` as in onMessageSent.
+  void onInput(size_t input_bytes, bool reducible);
+
   /// A message was sent: `sent_bytes` on the wire, produced with `decimation` (1 = all points) or
   /// the voxel grid (`voxel`). `reducible`: the message was a cloud the policy may reduce.
   void onMessageSent(size_t sent_bytes, uint32_t decimation, bool voxel, bool reducible);
@@ -216,7 +225,13 @@ private:
   std::string limited_by_;
   double full_bytes_ = std::numeric_limits<double>::quiet_NaN();   ///< normalised to decimation 1
   double voxel_bytes_ = std::numeric_limits<double>::quiet_NaN();  ///< messages sent through the voxel grid
+  double input_bytes_ = std::numeric_limits<double>::quiet_NaN();  ///< onInput before anything was sent
 };
+
+/// The shaping core's settings for a shaped topic: the path budgets of `shaping`, the rate as the
+/// only knob (quality pinned), fitted to kBudgetShare of the budget from the last message's size;
+/// the skip gate and delivery caps at `max_backlog_ms`, never less than one message of the stream.
+CoreSettings coreSettings(const ShapingParams& shaping, double max_backlog_ms, bool adapt_to_delivery);
 
 /// Latest-wins gate: a message passes when it is due under `rate_hz` (a 20 % early tolerance
 /// keeps a 10 Hz input at 10 Hz under a 10 Hz cap) and no subscriber is backed up. Nothing is

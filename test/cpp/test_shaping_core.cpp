@@ -1,6 +1,7 @@
 // Unit tests of the shaping core (shaping_core.h): tiers, delivery feedback per tier, the skip gate
 // of reference-chain codecs, frame admission and the tier directory. Pure logic, linked without roscpp.
 #include "overlay_manager/shaping_core.h"
+#include "overlay_manager/topic_shaping.h"
 
 #include <gtest/gtest.h>
 
@@ -316,4 +317,94 @@ int main(int argc, char** argv)
 {
   testing::InitGoogleTest(&argc, argv);
   return RUN_ALL_TESTS();
+}
+
+namespace
+{
+/// A topic shaper's core (topic_shaping.h coreSettings: rate-only fitting, the skip gate).
+ShaperTraits shaperTraits()
+{
+  ShaperTraits t;
+  t.kind = "zstd";
+  t.size_feedback = true;
+  t.reference_chain = true;
+  return t;
+}
+
+void sendOne(ShapingCore& core, const std::string& tier, size_t bytes)
+{
+  SentReport r;
+  r.bytes = bytes;
+  r.quality = 90;
+  core.sent(tier, r);
+}
+}  // namespace
+
+TEST(Admission, ARaisedBudgetActsOnTheNextMessageNotAfterTheOldPeriod)
+{
+  overlay_manager::shaping::ShapingParams sp;
+  sp.budget_kbps[paths::kDerp] = 400.0;
+  ShapingCore core(shaperTraits(), overlay_manager::shaping::coreSettings(sp, 500.0, true));
+  core.connected(tiers::kFittedTier, "/viewer");
+  setPaths(core, { { "/viewer", paths::kDerp } });
+  ASSERT_TRUE(core.admit(tiers::kFittedTier, 0.0).due);
+  sendOne(core, tiers::kFittedTier, 250000);  // 2 Mbit: one message every 5.6 s at 400 kbit/s
+  EXPECT_FALSE(core.admit(tiers::kFittedTier, 0.5).due);
+  // the budget goes up tenfold (a delivery cap lifted, a live setting): 1.8 Hz from now on
+  sp.budget_kbps[paths::kDerp] = 4000.0;
+  core.applySettings(overlay_manager::shaping::coreSettings(sp, 500.0, true));
+  int admitted = 0;
+  double first = -1.0;
+  for (int i = 6; i <= 50; ++i)  // the 10 Hz input from 0.6 s to 5 s
+  {
+    const double t = i / 10.0;
+    if (!core.admit(tiers::kFittedTier, t).due)
+      continue;
+    if (first < 0.0)
+      first = t;
+    ++admitted;
+    sendOne(core, tiers::kFittedTier, 250000);
+  }
+  EXPECT_GE(first, 0.0);
+  EXPECT_LE(first, 0.6) << "the next message waited for the old 5.6 s period";
+  // 0.9 x 4000 kbit/s / 2 Mbit = 1.8 Hz over 4.4 s: about 8 (the 10 Hz input quantises it)
+  EXPECT_GE(admitted, 7);
+  EXPECT_LE(admitted, 10);
+}
+
+TEST(Delivery, ALargeMessageOnItsWayIsNoBacklogTwoAre)
+{
+  overlay_manager::shaping::ShapingParams sp;  // derp 4000 kbit/s
+  ShapingCore core(shaperTraits(), overlay_manager::shaping::coreSettings(sp, 500.0, true));
+  core.connected(tiers::kFittedTier, "/viewer");
+  setPaths(core, { { "/viewer", paths::kDerp } });
+  const SubKey key{ tiers::kFittedTier, "/viewer" };
+  core.snapshot(0.0);
+  ASSERT_TRUE(core.admit(tiers::kFittedTier, 0.0).due);
+  sendOne(core, tiers::kFittedTier, 365000);  // a map at 1 Hz: 2.9 Mbit/s
+  core.snapshot(1.0);                         // the stream: 1 message/s
+  DeliverySample s;
+  s.acked_bytes = 365000;
+  core.observeDelivery(1.0, { { key, s } });
+  ASSERT_TRUE(core.admit(tiers::kFittedTier, 1.0).due);
+  sendOne(core, tiers::kFittedTier, 365000);
+  // half a second later 300 KB of it are unsent (822 ms of the stream, above max_backlog_ms):
+  // the message is on its way; the link carried 1 Mbit/s of it since it was published
+  s.unsent_bytes = 300000;
+  s.acked_bytes = 365000 + 65000;
+  core.observeDelivery(1.5, { { key, s } });
+  std::vector<TierState> st = core.snapshot(1.5);
+  ASSERT_EQ(st.size(), 1u);
+  ASSERT_EQ(st[0].subscribers.size(), 1u);
+  EXPECT_TRUE(std::isnan(st[0].subscribers[0].observed_cap_kbps)) << st[0].subscribers[0].observed_cap_kbps;
+  EXPECT_FALSE(st[0].backed_up);
+  EXPECT_DOUBLE_EQ(st[0].decision.budget_kbps, 4000.0);
+  EXPECT_TRUE(core.admit(tiers::kFittedTier, 2.0).due);
+  // more than one message unsent: a backlog, the cap follows what was delivered
+  s.unsent_bytes = 800000;
+  s.acked_bytes += 125000;
+  core.observeDelivery(2.0, { { key, s } });
+  st = core.snapshot(2.0);
+  EXPECT_LT(st[0].subscribers[0].observed_cap_kbps, 4000.0);
+  EXPECT_TRUE(st[0].backed_up);
 }

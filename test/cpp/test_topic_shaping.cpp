@@ -299,8 +299,8 @@ TEST(Policy, RelayedSubscriberCapsTheRateByItsBudget)
   policy.setSubscribers({ sub("laptop", paths::kDirect), sub("far", paths::kDerp) });
   EXPECT_EQ(policy.decision().limited_by, "far");
   EXPECT_DOUBLE_EQ(policy.decision().rate_hz, 10.0) << "the first message goes out at once";
-  policy.onMessageSent(100000, 1, false, false);  // 100 kB -> 5 Hz fits
-  EXPECT_NEAR(policy.decision().rate_hz, 5.0, 1e-9);
+  policy.onMessageSent(100000, 1, false, false);  // 100 kB -> 4.5 Hz fits kBudgetShare of it
+  EXPECT_NEAR(policy.decision().rate_hz, 4.5, 1e-9);
   policy.onMessageSent(10000, 1, false, false);  // smaller messages (smoothed): capped at max_rate
   policy.onMessageSent(10000, 1, false, false);
   policy.onMessageSent(10000, 1, false, false);
@@ -318,8 +318,8 @@ TEST(Policy, LossyOnlyWhereAllowedAndOnlyForClouds)
   p.lossy_below_hz = 2.0;
   ShapingPolicy lossless(p);
   lossless.setSubscribers({ sub("far", paths::kDerp) });
-  lossless.onMessageSent(2500000, 1, false, true);  // 2.5 MB at 500 kB/s: 0.2 Hz
-  EXPECT_NEAR(lossless.decision().rate_hz, 0.2, 1e-9);
+  lossless.onMessageSent(2500000, 1, false, true);  // 2.5 MB at 0.9 x 500 kB/s: 0.18 Hz
+  EXPECT_NEAR(lossless.decision().rate_hz, 0.18, 1e-9);
   EXPECT_EQ(lossless.decision().decimation, 1u) << "lossy not allowed";
 
   p.lossy = Lossy::kDecimate;
@@ -328,15 +328,15 @@ TEST(Policy, LossyOnlyWhereAllowedAndOnlyForClouds)
   dec.onMessageSent(2500000, 1, false, false);
   EXPECT_EQ(dec.decision().decimation, 1u) << "not a cloud";
   dec.onMessageSent(2500000, 1, false, true);
-  EXPECT_EQ(dec.decision().decimation, 10u);  // 2 Hz wanted / 0.2 Hz
-  EXPECT_NEAR(dec.decision().rate_hz, 2.0, 1e-6);
+  EXPECT_EQ(dec.decision().decimation, 12u);  // 2 Hz wanted / 0.18 Hz
+  EXPECT_NEAR(dec.decision().rate_hz, 2.16, 1e-6);
   // decimated messages are normalised back to the full cloud: the decision holds
-  dec.onMessageSent(250000, 10, false, true);
-  EXPECT_EQ(dec.decision().decimation, 10u);
+  dec.onMessageSent(2500000 / 12, 12, false, true);
+  EXPECT_EQ(dec.decision().decimation, 12u);
   p.max_decimation = 4;
   dec.setParams(p);
   EXPECT_EQ(dec.decision().decimation, 4u);
-  EXPECT_NEAR(dec.decision().rate_hz, 0.8, 1e-6);
+  EXPECT_NEAR(dec.decision().rate_hz, 0.72, 1e-3);
   // the path becomes direct: full content again at once
   dec.setSubscribers({ sub("far", paths::kDirect) });
   EXPECT_EQ(dec.decision().decimation, 1u);
@@ -347,8 +347,8 @@ TEST(Policy, LossyOnlyWhereAllowedAndOnlyForClouds)
   vox.onMessageSent(2500000, 1, false, true);
   EXPECT_TRUE(vox.decision().voxel);
   EXPECT_DOUBLE_EQ(vox.decision().rate_hz, 2.0);
-  vox.onMessageSent(100000, 1, true, true);  // voxel clouds of 100 kB: 5 Hz
-  EXPECT_NEAR(vox.decision().rate_hz, 5.0, 1e-6);
+  vox.onMessageSent(100000, 1, true, true);  // voxel clouds of 100 kB: 4.5 Hz
+  EXPECT_NEAR(vox.decision().rate_hz, 4.5, 1e-6);
 }
 
 TEST(Policy, BudgetFromTheCoreDrivesTheReduction)
@@ -359,11 +359,31 @@ TEST(Policy, BudgetFromTheCoreDrivesTheReduction)
   ShapingPolicy policy(p);
   policy.setBudgetKbps(4000.0, "far");  // 500 kB/s
   policy.onMessageSent(2500000, 1, false, true);
-  EXPECT_EQ(policy.decision().decimation, 10u);
+  EXPECT_EQ(policy.decision().decimation, 12u);
   EXPECT_EQ(policy.decision().limited_by, "far");
   policy.setBudgetKbps(std::numeric_limits<double>::infinity(), "");
   EXPECT_EQ(policy.decision().decimation, 1u) << "no budget: full content";
   EXPECT_EQ(policy.decision().reason, "no budget");
+}
+
+TEST(Policy, TheFirstCloudIsReducedFromItsInputSize)
+{
+  // a 5.69 MB cloud: before the first one is sent, its serialized size is the estimate, so it is
+  // reduced like the next ones (sent whole, 1.85 MB compressed, it held a 4 Mbit/s path for 3.7 s)
+  ShapingParams p;
+  p.lossy = Lossy::kDecimate;
+  ShapingPolicy policy(p);
+  policy.setBudgetKbps(4000.0, "far");
+  EXPECT_EQ(policy.decision().decimation, 1u) << "nothing known: nothing to reduce by";
+  policy.onInput(5690000, true);
+  EXPECT_EQ(policy.decision().decimation, 26u);  // 2 Hz / (450 kB/s / 5.69 MB) = 25.3
+  policy.onMessageSent(1850000 / 26, 26, false, true);  // sent: the compressed size takes over
+  policy.onInput(5690000, true);
+  EXPECT_EQ(policy.decision().decimation, 9u);  // 2 Hz / (450 kB/s / 1.85 MB) = 8.2
+  ShapingPolicy lossless(ShapingParams{});
+  lossless.setBudgetKbps(4000.0, "far");
+  lossless.onInput(5690000, true);
+  EXPECT_EQ(lossless.decision().decimation, 1u) << "lossy not allowed";
 }
 
 TEST(Gate, LatestWinsNeverQueues)
