@@ -145,18 +145,23 @@ private:
 
   void open(const std::string& topic)
   {
-    Subscription s;
-    s.decoder = make_decoder_(topic);  // may advertise (H.264 keyframe requests): no lock held
+    std::shared_ptr<Decoder> decoder = make_decoder_(topic);  // may advertise (H.264 keyframe requests)
+    {
+      // the decoder first: the first message (a tier's keyframe) may come before subscribe returns
+      std::lock_guard<std::mutex> lock(mutex_);
+      subs_[topic].decoder = decoder;
+    }
+    ros::Subscriber sub;
     if (topic == base_ && base_hooks_.subscribe)
       base_hooks_.subscribe();
     else
-      s.sub = nh_.subscribe<sensor_msgs::CompressedImage>(
+      sub = nh_.subscribe<sensor_msgs::CompressedImage>(
           topic, queue_size_,
           boost::function<void(const sensor_msgs::CompressedImageConstPtr&)>(
               [this, topic](const sensor_msgs::CompressedImageConstPtr& m) { onMessage(topic, m); }),
           tracked_object_, hints_);
     std::lock_guard<std::mutex> lock(mutex_);
-    subs_[topic] = std::move(s);
+    subs_[topic].sub = sub;
   }
 
   void close(const std::string& topic)
