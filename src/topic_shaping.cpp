@@ -362,7 +362,8 @@ void ShapingPolicy::onInput(size_t input_bytes, bool reducible)
   decide();
 }
 
-CoreSettings coreSettings(const ShapingParams& shaping, double max_backlog_ms, bool adapt_to_delivery)
+CoreSettings coreSettings(const ShapingParams& shaping, double max_backlog_ms, bool adapt_to_delivery,
+                          double pacing_factor)
 {
   CoreSettings c;
   PolicyParams& p = c.policy;
@@ -379,6 +380,7 @@ CoreSettings coreSettings(const ShapingParams& shaping, double max_backlog_ms, b
   c.adapt_to_delivery = adapt_to_delivery;
   c.max_backlog_ms = max_backlog_ms;
   c.min_backlog_messages = 1.0;  // the newest message on its way is no backlog
+  c.pacing_factor = pacing_factor;
   return c;
 }
 
