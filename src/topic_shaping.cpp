@@ -464,23 +464,5 @@ void ShapingPolicy::decide()
   decision_ = d;
 }
 
-bool RateGate::admit(double now_s, double rate_hz, bool backed_up)
-{
-  if (backed_up)
-    return false;
-  if (!(rate_hz > 0.0) || std::isinf(rate_hz))
-  {
-    next_due_ = now_s;
-    return true;
-  }
-  const double period = 1.0 / rate_hz;
-  if (now_s < next_due_ - 0.2 * period)
-    return false;
-  // the schedule keeps its phase (an early pass does not pull the next one earlier); after a gap it
-  // restarts half a period on, so a message never follows the last one closer than that
-  next_due_ = std::max(next_due_ + period, now_s + 0.5 * period);
-  return true;
-}
-
 }  // namespace shaping
 }  // namespace overlay_manager
