@@ -147,6 +147,10 @@ StreamOptions readStreamOptions(const ros::NodeHandle& pnh, const std::string& f
                      ", max_quality=" + std::to_string(p.max_quality) + ")");
   o.adapt_to_delivery = pnh.param("adapt_to_delivery", o.adapt_to_delivery);
   o.max_backlog_ms = pnh.param("max_backlog_ms", o.max_backlog_ms);
+  o.pacing_factor = pnh.param("pacing_factor", o.pacing_factor);
+  if (!(o.pacing_factor == 0.0 || (o.pacing_factor >= 1.0 && o.pacing_factor <= 100.0)))
+    throw ParamError(ns + "/pacing_factor: must be 0 (no pacing) or in 1..100 (x the path's budget), got " +
+                     std::to_string(o.pacing_factor));
   o.state_period = pnh.param("state_period", o.state_period);
   if (!(o.state_period > 0.0))
     throw ParamError(ns + "/state_period: must be > 0 s, got " + std::to_string(o.state_period));
@@ -172,6 +176,7 @@ TopicOptions topicOptions(const StreamOptions& o)
   t.core.policy = o.policy;
   t.core.adapt_to_delivery = o.adapt_to_delivery;
   t.core.max_backlog_ms = o.max_backlog_ms;
+  t.core.pacing_factor = o.pacing_factor;
   t.state_period = o.state_period;
   t.peers_topic = o.peers_topic;
   t.host_aliases = o.host_aliases;
@@ -262,6 +267,7 @@ void LinkAwareStream::applySettings(const StreamOptions& updated)
     options_.png_level = updated.png_level;
     options_.adapt_to_delivery = updated.adapt_to_delivery;
     options_.max_backlog_ms = updated.max_backlog_ms;
+    options_.pacing_factor = updated.pacing_factor;
   }
   shaped_->applySettings(topicOptions(updated).core);
 }

@@ -20,8 +20,9 @@
 //
 // Tiers (the stream parameter `tiers`, default true): the publisher also advertises <transport topic>/full, and
 // the subscriber follows the stream's directory (<transport topic>/tiers) to the tier its path
-// calls for (LinkAwareSubscriberBase).
+// calls for (LinkAwareSubscriberBase, through TieredViewer as compressed_decoder does).
 #include "overlay_manager/link_aware_stream.h"
+#include "overlay_manager/tiered_viewer.h"
 #include "overlay_manager/viewer_decoders.h"
 
 #include <image_transport/simple_publisher_plugin.h>
@@ -32,7 +33,6 @@
 #include <std_msgs/Empty.h>
 
 #include <algorithm>
-#include <atomic>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -186,51 +186,48 @@ protected:
   }
 };
 
-/// What the two subscribers share: a decoder made when the subscription is (limits from the
-/// viewer's private parameters ~<transport>/max_pixels etc., viewer_decoders.h), its log, the
-/// keyframe request publisher (H.264), and following the stream's tiers: the plugin reads the
-/// stream's directory (<transport topic>/tiers, latched; only tiered streams publish it) and, when
-/// the entry of its own node names another tier's topic, subscribes there (a new decoder, which
-/// waits for the tier's next keyframe) and leaves the old one when the first message of the new
-/// one arrives, so the viewer is never without a stream and the publisher never sees it gone.
-/// Messages of the subscription it is leaving are dropped. ~<transport>/tiers: false keeps the
-/// viewer on the transport topic (the fitted tier).
+/// What the two subscribers share: the viewer (TieredViewer: a decoder per subscription, limits
+/// from the viewer's private parameters ~<transport>/max_pixels etc., viewer_decoders.h; for H.264
+/// keyframe requests to the publisher) made when the subscription is, following the stream's tiers:
+/// it reads the stream's directory (<transport topic>/tiers, latched; only tiered streams publish
+/// it) and, when the entry of its own node names another tier's topic, subscribes there (a new
+/// decoder, which waits for the tier's next keyframe), keeps showing the old topic until the new one
+/// delivers and then leaves it, so the viewer is never without a stream and the publisher never sees
+/// it gone (TierFollower). ~<transport>/tiers: false keeps the viewer on the transport topic (the
+/// fitted tier). The transport topic's subscription is image_transport's own.
 template <class Decoder>
 class LinkAwareSubscriberBase : public image_transport::SimpleSubscriberPlugin<sensor_msgs::CompressedImage>
 {
 public:
+  ~LinkAwareSubscriberBase() override { shutdown(); }
+
   std::string getTopic() const override
   {
-    std::lock_guard<std::mutex> lock(switch_mutex_);
-    return current_.empty() ? SimpleSubscriberPlugin::getTopic() : current_;
+    std::lock_guard<std::mutex> lock(viewer_mutex_);
+    return viewer_ ? viewer_->topic() : SimpleSubscriberPlugin::getTopic();
   }
 
   uint32_t getNumPublishers() const override
   {
-    std::lock_guard<std::mutex> lock(switch_mutex_);
-    return on_tier_ ? tier_sub_.getNumPublishers() : SimpleSubscriberPlugin::getNumPublishers();
+    std::lock_guard<std::mutex> lock(viewer_mutex_);
+    return viewer_ ? viewer_->numPublishers() : SimpleSubscriberPlugin::getNumPublishers();
   }
 
   void shutdown() override
   {
-    check_timer_.stop();
-    directory_sub_.shutdown();
-    ros::Subscriber tier, leaving;
+    std::unique_ptr<TieredViewer<Decoder>> viewer;
     {
-      std::lock_guard<std::mutex> lock(switch_mutex_);
-      std::swap(tier, tier_sub_);
-      std::swap(leaving, leaving_);
-      on_tier_ = false;
+      std::lock_guard<std::mutex> lock(viewer_mutex_);
+      std::swap(viewer, viewer_);
     }
-    tier.shutdown();
-    leaving.shutdown();
-    request_pub_.shutdown();
+    if (viewer)
+      viewer->stop();  // leaves every tier and the directory
     SimpleSubscriberPlugin::shutdown();
   }
 
 protected:
-  /// Makes the subscription's decoder for `topic` (the transport topic) with `limits`.
-  virtual std::unique_ptr<Decoder> makeDecoder(const std::string& topic, const ImageLimits& limits) = 0;
+  /// Makes a subscription's decoder for `topic` (the transport topic or a tier's) with `limits`.
+  virtual std::shared_ptr<Decoder> makeDecoder(const std::string& topic, const ImageLimits& limits) = 0;
 
   /// roscpp's queue for this subscription (the viewer's by default).
   virtual uint32_t queueSize(uint32_t requested) const { return requested; }
@@ -238,226 +235,55 @@ protected:
   void subscribeImpl(ros::NodeHandle& nh, const std::string& base_topic, uint32_t queue_size, const Callback& callback,
                      const ros::VoidPtr& tracked_object, const image_transport::TransportHints& hints) override
   {
+    shutdown();  // a plugin subscribed again starts over
     const std::string topic = nh.resolveName(getTopicToSubscribe(base_topic));
     const ros::NodeHandle params("~" + getTransportName());
+    ImageLimits limits;
     try
     {
-      limits_ = readImageLimits(params);
+      limits = readImageLimits(params);
     }
     catch (const std::invalid_argument& e)
     {
       // a plugin must not take the viewer down: say what is wrong and decode with the defaults
       ROS_ERROR("%s; %s decodes with the default limits until this is fixed", e.what(), topic.c_str());
     }
+    const uint32_t queue = queueSize(queue_size);
+    typename TieredViewer<Decoder>::BaseHooks base;
+    ros::NodeHandle base_nh = nh;
+    base.subscribe = [this, base_nh, base_topic, queue, callback, tracked_object, hints]() mutable {
+      SimpleSubscriberPlugin::subscribeImpl(base_nh, base_topic, queue, callback, tracked_object, hints);
+    };
+    base.unsubscribe = [this]() { SimpleSubscriberPlugin::shutdown(); };
+    base.publishers = [this]() { return SimpleSubscriberPlugin::getNumPublishers(); };
+    std::unique_ptr<TieredViewer<Decoder>> viewer(new TieredViewer<Decoder>(
+        nh, topic, queue, [this, limits](const std::string& t) { return makeDecoder(t, limits); },
+        [callback](const sensor_msgs::ImagePtr& image) { callback(image); }, hints.getRosHints(), tracked_object,
+        std::move(base)));
+    TieredViewer<Decoder>* v = viewer.get();
     {
-      std::lock_guard<std::mutex> lock(decoder_mutex_);
-      decoder_ = makeDecoder(topic, limits_);
+      std::lock_guard<std::mutex> lock(viewer_mutex_);
+      viewer_ = std::move(viewer);
     }
-    nh_ = nh;
-    base_topic_ = base_topic;
-    queue_size_ = queueSize(queue_size);
-    callback_ = callback;
-    tracked_object_ = tracked_object;
-    hints_ = hints;
-    {
-      std::lock_guard<std::mutex> lock(switch_mutex_);
-      base_ = topic;
-      current_ = topic;
-      on_tier_ = false;
-      arrived_ = true;
-    }
-    SimpleSubscriberPlugin::subscribeImpl(nh, base_topic, queue_size_, callback, tracked_object, hints);
-    base_subscribed_ = true;
-    if (params.param("tiers", true))
-    {
-      directory_sub_ = nh_.subscribe<TierDirectory>(topic + "/tiers", 1, &LinkAwareSubscriberBase::onDirectory, this);
-      check_timer_ = nh_.createWallTimer(ros::WallDuration(1.0), &LinkAwareSubscriberBase::onCheck, this);
-    }
+    v->start(params.param("tiers", true));
   }
 
-  /// The base subscription's messages (image_transport's); dropped once the viewer reads a tier.
-  void internalCallback(const sensor_msgs::CompressedImageConstPtr& message, const Callback& user_cb) override
+  /// The transport topic's messages (image_transport's subscription), through the viewer.
+  void internalCallback(const sensor_msgs::CompressedImageConstPtr& message, const Callback& /*user_cb*/) override
   {
+    TieredViewer<Decoder>* viewer = nullptr;
     {
-      std::lock_guard<std::mutex> lock(switch_mutex_);
-      if (on_tier_)
-        return;
+      std::lock_guard<std::mutex> lock(viewer_mutex_);
+      viewer = viewer_.get();
     }
-    arrivedOnCurrent();
-    deliver(message, user_cb);
+    // the viewer lives until shutdown(), which waits for this subscription's callback to return
+    if (viewer)
+      viewer->onMessage(viewer->base(), message);
   }
-
-  void deliver(const sensor_msgs::CompressedImageConstPtr& message, const Callback& user_cb)
-  {
-    sensor_msgs::ImagePtr image;
-    {
-      std::lock_guard<std::mutex> lock(decoder_mutex_);
-      if (decoder_)
-        image = decoder_->decode(*message);
-    }
-    if (image)
-      user_cb(image);
-  }
-
-  std::mutex decoder_mutex_;  ///< a re-subscription swaps the decoder while a callback may run
-  std::unique_ptr<Decoder> decoder_;
-  ros::Publisher request_pub_;
 
 private:
-  /// The stream's directory: the topic this node should read (the base when it is not listed).
-  void onDirectory(const TierDirectoryConstPtr& dir)
-  {
-    const std::string me = ros::this_node::getName();
-    std::string target, base, current;
-    {
-      std::lock_guard<std::mutex> lock(switch_mutex_);
-      base = base_;
-      current = current_;
-    }
-    target = base;
-    std::string path;
-    for (const TierEntry& e : dir->entries)
-      if (e.node == me && !e.topic.empty())
-      {
-        target = e.topic;
-        path = e.path;
-      }
-    if (target != current)
-      switchTo(target, path);
-  }
-
-  /// Every second: a tier whose publisher has been gone for kOrphanS (the camera driver restarted
-  /// without tiers, or another node now publishes the transport topic) sends the viewer back to the
-  /// transport topic.
-  void onCheck(const ros::WallTimerEvent&)
-  {
-    std::string base;
-    bool orphan = false;
-    {
-      std::lock_guard<std::mutex> lock(switch_mutex_);
-      base = base_;
-      if (on_tier_ && tier_sub_.getNumPublishers() == 0)
-      {
-        const ros::WallTime now = ros::WallTime::now();
-        if (orphan_since_.isZero())
-          orphan_since_ = now;
-        orphan = (now - orphan_since_).toSec() >= kOrphanS;
-      }
-      else
-        orphan_since_ = ros::WallTime();
-    }
-    if (orphan)
-      switchTo(base, "");
-  }
-
-  /// Reads `target` from now on (the base topic or a tier's).
-  void switchTo(const std::string& target, const std::string& path)
-  {
-    std::string base, current;
-    {
-      std::lock_guard<std::mutex> lock(switch_mutex_);
-      base = base_;
-      current = current_;
-      orphan_since_ = ros::WallTime();
-    }
-    // the new subscription first (master calls: no lock held), then the old one goes
-    ros::Subscriber next;
-    if (target != base)
-      next = nh_.subscribe<sensor_msgs::CompressedImage>(
-          target, queue_size_,
-          boost::function<void(const sensor_msgs::CompressedImageConstPtr&)>(
-              [this, target](const sensor_msgs::CompressedImageConstPtr& m) { onTierMessage(target, m); }),
-          tracked_object_, hints_.getRosHints());
-    std::unique_ptr<Decoder> decoder = makeDecoder(target, limits_);  // may advertise: no lock held
-    {
-      std::lock_guard<std::mutex> lock(decoder_mutex_);
-      decoder_.swap(decoder);  // the new stream starts at its next keyframe
-    }
-    const bool was_on_tier = current != base;
-    if (target == base && !base_subscribed_)
-    {
-      SimpleSubscriberPlugin::subscribeImpl(nh_, base_topic_, queue_size_, callback_, tracked_object_, hints_);
-      base_subscribed_ = true;
-    }
-    ros::Subscriber dropped;
-    {
-      std::lock_guard<std::mutex> lock(switch_mutex_);
-      if (was_on_tier)
-      {
-        std::swap(dropped, leaving_);  // a tier left before is dropped now
-        leaving_ = tier_sub_;          // leaves once the new topic delivers
-      }
-      tier_sub_ = next;
-      current_ = target;
-      on_tier_ = target != base;
-      leave_base_ = !was_on_tier;
-      arrived_ = false;
-    }
-    dropped.shutdown();
-    if (path.empty())
-      ROS_INFO("%s: reading %s again (the tier's publisher is gone)", base.c_str(), target.c_str());
-    else
-      ROS_INFO("%s: reading %s (the tier for path %s, from %s/tiers)", base.c_str(), target.c_str(), path.c_str(),
-               base.c_str());
-  }
-
-  void onTierMessage(const std::string& topic, const sensor_msgs::CompressedImageConstPtr& message)
-  {
-    {
-      std::lock_guard<std::mutex> lock(switch_mutex_);
-      if (!on_tier_ || current_ != topic)
-        return;
-    }
-    arrivedOnCurrent();
-    deliver(message, callback_);
-  }
-
-  /// The topic read now delivered: the one it left goes (master calls: no lock held).
-  void arrivedOnCurrent()
-  {
-    ros::Subscriber leaving;
-    bool leave_base = false;
-    {
-      std::lock_guard<std::mutex> lock(switch_mutex_);
-      if (arrived_)
-        return;
-      arrived_ = true;
-      std::swap(leaving, leaving_);
-      leave_base = leave_base_ && on_tier_;
-      leave_base_ = false;
-    }
-    leaving.shutdown();
-    if (leave_base && base_subscribed_)
-    {
-      base_subscribed_ = false;
-      SimpleSubscriberPlugin::shutdown();  // getTopic() answers current_
-    }
-  }
-
-  // set in subscribeImpl (the viewer's thread), read by the directory callback (the viewer's queue)
-  ros::NodeHandle nh_;
-  std::string base_topic_;
-  uint32_t queue_size_ = 1;
-  Callback callback_;
-  ros::VoidPtr tracked_object_;
-  image_transport::TransportHints hints_;
-  ImageLimits limits_;
-  ros::Subscriber directory_sub_;
-  ros::WallTimer check_timer_;
-  /// s a tier may be without a publisher before the viewer goes back to the transport topic
-  static constexpr double kOrphanS = 2.0;
-
-  /// the base topic is subscribed (image_transport's subscription); the viewer's callback thread(s)
-  std::atomic<bool> base_subscribed_{ false };
-
-  mutable std::mutex switch_mutex_;  ///< guards the members below
-  std::string base_, current_;       ///< the transport topic and the topic read now
-  bool on_tier_ = false;             ///< reading a tier other than the base
-  bool arrived_ = true;              ///< the topic read now has delivered since the switch
-  bool leave_base_ = false;          ///< leave the base topic once the tier delivers
-  ros::WallTime orphan_since_;       ///< since when the tier read has no publisher (zero: it has one)
-  ros::Subscriber tier_sub_;         ///< the tier read now (on_tier_)
-  ros::Subscriber leaving_;          ///< the tier being left, until the new topic delivers
+  mutable std::mutex viewer_mutex_;  ///< guards viewer_ (not held while it subscribes or decodes)
+  std::unique_ptr<TieredViewer<Decoder>> viewer_;
 };
 
 /// Decodes <image>/link_aware_h264 to sensor_msgs/Image (bgr8). Frames before the first keyframe
@@ -475,15 +301,10 @@ protected:
   /// catches up at about 1 ms a frame.
   uint32_t queueSize(uint32_t requested) const override { return std::max<uint32_t>(requested, kH264ViewerQueue); }
 
-  std::unique_ptr<H264ViewerDecoder> makeDecoder(const std::string& topic, const ImageLimits& limits) override
+  std::shared_ptr<H264ViewerDecoder> makeDecoder(const std::string& topic, const ImageLimits& limits) override
   {
-    std::unique_ptr<H264ViewerDecoder> d(new H264ViewerDecoder("bgr8", topic, limits));
-    request_pub_ = ros::NodeHandle().advertise<std_msgs::Empty>(keyframeRequestTopic(topic), 1);
-    ros::Publisher pub = request_pub_;
-    d->setKeyframeRequest([pub]() { pub.publish(std_msgs::Empty()); });
-    return d;
+    return makeH264ViewerDecoder("bgr8", topic, limits);
   }
-
 };
 
 /// Decodes <image>/link_aware back to sensor_msgs/Image (the raw encoding named in the format when
@@ -494,11 +315,10 @@ public:
   std::string getTransportName() const override { return "link_aware"; }
 
 protected:
-  std::unique_ptr<ImageViewerDecoder> makeDecoder(const std::string& topic, const ImageLimits& limits) override
+  std::shared_ptr<ImageViewerDecoder> makeDecoder(const std::string& topic, const ImageLimits& limits) override
   {
-    return std::unique_ptr<ImageViewerDecoder>(new ImageViewerDecoder(topic, limits));
+    return std::make_shared<ImageViewerDecoder>(topic, limits);
   }
-
 };
 
 }  // namespace overlay_manager

@@ -16,8 +16,10 @@
 #include <sys/socket.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
 #include <cstddef>
+#include <cstring>
 
 namespace overlay_manager
 {
@@ -34,6 +36,20 @@ const double kDeliveryCheckS = 0.5;  ///< s between delivery checks (adapt_to_de
 double nanIfInf(double v)
 {
   return std::isinf(v) ? kNaN : v;
+}
+
+/// The port of `fd`'s peer (IPv4 or IPv6); -1 when it has none.
+int peerPortOfSocket(int fd)
+{
+  struct sockaddr_storage addr = {};
+  socklen_t len = sizeof(addr);
+  if (getpeername(fd, reinterpret_cast<struct sockaddr*>(&addr), &len) != 0)
+    return -1;
+  if (addr.ss_family == AF_INET)
+    return ntohs(reinterpret_cast<const struct sockaddr_in*>(&addr)->sin_port);
+  if (addr.ss_family == AF_INET6)
+    return ntohs(reinterpret_cast<const struct sockaddr_in6*>(&addr)->sin6_port);
+  return -1;
 }
 
 std::vector<std::string> tierNamesFor(bool tiered)
@@ -215,10 +231,17 @@ void ShapedTopic::onDeliveryCheck(const ros::WallTimerEvent&)
 {
   try
   {
-    if (core_.empty() || stopping_ || !core_.settings().adapt_to_delivery)
+    if (core_.empty() || stopping_)
+      return;
+    const CoreSettings settings = core_.settings();
+    if (!settings.adapt_to_delivery && !(settings.pacing_factor > 0.0) && paced_.empty())
       return;
     std::map<SubKey, DeliverySample> samples;
-    if (!readDelivery(&samples))
+    std::vector<Connection> connections;
+    if (!readDelivery(&samples, &connections))
+      return;
+    applyPacing(connections);
+    if (!settings.adapt_to_delivery)
       return;
     core_.observeDelivery(steadyNowS(), samples);
     resolveAndDecide();
@@ -227,6 +250,43 @@ void ShapedTopic::onDeliveryCheck(const ros::WallTimerEvent&)
   {
     ROS_ERROR_THROTTLE(10.0, "%s: delivery check failed: %s", topic_.c_str(), e.what());
   }
+}
+
+/// Sets each connection's pace to what the core says for its subscriber (ShapingCore::pacing):
+/// the kernel then sends a large message at that rate instead of in one burst. Only sockets whose
+/// pace differs are touched; a connection whose subscriber has no budget is unpaced again.
+void ShapedTopic::applyPacing(const std::vector<Connection>& connections)
+{
+  const std::map<SubKey, double> pace = core_.pacing();
+  std::map<int, unsigned int> now_paced;
+  for (const Connection& c : connections)
+  {
+    auto it = pace.find(c.key);
+    const double kbps = it == pace.end() ? 0.0 : it->second;
+    // bytes per second; ~0U = no limit (the kernel's "unpaced")
+    const unsigned int rate = kbps > 0.0 ? static_cast<unsigned int>(std::min(kbps * 125.0, 4.0e9)) : ~0U;
+    unsigned int current = ~0U;
+    socklen_t len = sizeof(current);
+    if (getsockopt(c.fd, SOL_SOCKET, SO_MAX_PACING_RATE, &current, &len) == 0 && current == rate)
+    {
+      if (rate != ~0U)
+        now_paced[c.fd] = rate;
+      continue;
+    }
+    if (setsockopt(c.fd, SOL_SOCKET, SO_MAX_PACING_RATE, &rate, sizeof(rate)) != 0)
+    {
+      if (!warned_pacing_)
+        ROS_WARN("%s: cannot pace the connection to %s (SO_MAX_PACING_RATE: %s): its messages leave in bursts",
+                 topic_.c_str(), c.key.node.c_str(), std::strerror(errno));
+      warned_pacing_ = true;
+      continue;
+    }
+    if (rate != ~0U)
+      now_paced[c.fd] = rate;
+    ROS_DEBUG("%s: connection to %s (%s tier) paced at %s", topic_.c_str(), c.key.node.c_str(), c.key.tier.c_str(),
+              rate == ~0U ? "no limit" : (std::to_string(kbps) + " kbit/s").c_str());
+  }
+  paced_ = now_paced;
 }
 
 /// While a skip gate holds: re-reads the backlogs every kRecheckS so encoding resumes as soon as
@@ -334,7 +394,7 @@ void ShapedTopic::resolveAndDecide()
 /// pile up when the connection cannot carry what the tier makes; a relay with deep buffers
 /// (tailscaled's DERP connection) takes such bytes anyway, and they show only as a longer round
 /// trip. A round trip that is merely long (a distant peer) is in min_rtt and does not count.
-bool ShapedTopic::readDelivery(std::map<SubKey, DeliverySample>* out)
+bool ShapedTopic::readDelivery(std::map<SubKey, DeliverySample>* out, std::vector<Connection>* connections)
 {
   // This process's own getBusInfo (the XML-RPC call rosnode info makes), answered by roscpp's
   // XML-RPC thread: connection id, subscriber caller id, direction, transport, topic, connected,
@@ -365,10 +425,16 @@ bool ShapedTopic::readDelivery(std::map<SubKey, DeliverySample>* out)
     auto tier = tier_of_topic.find(static_cast<std::string>(c[4]));
     if (tier == tier_of_topic.end())
       continue;
-    const int fd = socketOfTransportInfo(static_cast<std::string>(c[6]));
-    if (fd < 0)
+    const std::string transport_info = static_cast<std::string>(c[6]);
+    const int fd = socketOfTransportInfo(transport_info);
+    // the descriptor must still be that connection (it may have closed, and its number been reused,
+    // since roscpp answered): the socket's peer port is the one the transport info names
+    if (fd < 0 || peerPortOfSocket(fd) != peerPortOfTransportInfo(transport_info))
       continue;
-    DeliverySample& d = (*out)[SubKey{ tier->second, static_cast<std::string>(c[1]) }];
+    const SubKey key{ tier->second, static_cast<std::string>(c[1]) };
+    if (connections)
+      connections->push_back(Connection{ fd, key });
+    DeliverySample& d = (*out)[key];
     int outq = 0;
     if (ioctl(fd, SIOCOUTQNSD, &outq) == 0 && outq > 0)
       d.unsent_bytes = std::max(d.unsent_bytes, static_cast<uint32_t>(outq));
@@ -461,6 +527,7 @@ void ShapedTopic::publishState()
       s.observed_cap_kbps = v.observed_cap_kbps;
       s.backlog_bytes = v.backlog_bytes;
       s.queue_delay_ms = v.queue_delay_ms;
+      s.pacing_kbps = v.pacing_kbps;
       s.codec = codec;
       s.rate_hz = t.decision.rate_hz;
       s.bitrate_kbps = t.bitrate_kbps;

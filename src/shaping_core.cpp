@@ -21,6 +21,16 @@ std::string tierForPath(const std::string& path, const PolicyParams& params)
   return params.budget_kbps.count(path) ? tiers::kFittedTier : tiers::kFullTier;
 }
 
+double pacingKbpsForPath(const std::string& path, const CoreSettings& settings)
+{
+  if (!(settings.pacing_factor > 0.0))
+    return 0.0;
+  auto it = settings.policy.budget_kbps.find(path);
+  if (it == settings.policy.budget_kbps.end() || !(it->second > 0.0) || std::isinf(it->second))
+    return 0.0;
+  return settings.pacing_factor * it->second;
+}
+
 std::string tierTopic(const std::string& topic, const std::string& tier)
 {
   if (tier.empty() || tier == tiers::kFittedTier)
@@ -431,9 +441,24 @@ std::vector<TierState> ShapingCore::snapshot(double now_s)
         s.backlog_bytes = it->second->backlog_bytes;
         s.queue_delay_ms = it->second->queue_delay_ms;
       }
+      const double pace = pacingKbpsForPath(v.path, settings_);
+      s.pacing_kbps = pace > 0.0 ? pace : kNaN;
       st.subscribers.push_back(s);
     }
     out.push_back(st);
+  }
+  return out;
+}
+
+std::map<SubKey, double> ShapingCore::pacing() const
+{
+  std::lock_guard<std::mutex> lock(mutex_);
+  std::map<SubKey, double> out;
+  for (const auto& kv : subs_)
+  {
+    auto node = nodes_.find(kv.first.node);
+    const std::string path = node == nodes_.end() ? std::string(paths::kUnknown) : node->second.path;
+    out[kv.first] = pacingKbpsForPath(path, settings_);
   }
   return out;
 }

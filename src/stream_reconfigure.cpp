@@ -46,6 +46,9 @@ void commonToOptions(Config& c, StreamOptions* o)
   o->policy.min_rate_hz = c.min_rate;
   o->adapt_to_delivery = c.adapt_to_delivery;
   o->max_backlog_ms = c.max_backlog_ms;
+  if (c.pacing_factor > 0.0 && c.pacing_factor < 1.0)
+    c.pacing_factor = 1.0;  // below its budget a subscriber's connection could not carry its stream
+  o->pacing_factor = c.pacing_factor;
 }
 
 template <class Config>
@@ -55,6 +58,7 @@ void commonFromOptions(const StreamOptions& o, Config* c)
   c->min_rate = o.policy.min_rate_hz;
   c->adapt_to_delivery = o.adapt_to_delivery;
   c->max_backlog_ms = o.max_backlog_ms;
+  c->pacing_factor = o.pacing_factor;
 }
 
 void toOptions(LinkAwareJpegConfig& c, StreamOptions* o)

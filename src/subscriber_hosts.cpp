@@ -205,4 +205,25 @@ int socketOfTransportInfo(const std::string& info)
   return static_cast<int>(fd);
 }
 
+int peerPortOfTransportInfo(const std::string& info)
+{
+  const std::string to = " to [", on = " on socket ";
+  const size_t start = info.rfind(to);
+  const size_t end = info.rfind(on);
+  if (start == std::string::npos || end == std::string::npos || end <= start + to.size())
+    return -1;
+  const std::string host_port = info.substr(start + to.size(), end - start - to.size());
+  const size_t colon = host_port.rfind(':');
+  if (colon == std::string::npos || colon + 1 >= host_port.size() || host_port.size() - colon > 6)
+    return -1;
+  long port = 0;
+  for (size_t i = colon + 1; i < host_port.size(); ++i)
+  {
+    if (host_port[i] < '0' || host_port[i] > '9')
+      return -1;
+    port = port * 10 + (host_port[i] - '0');
+  }
+  return port <= 65535 ? static_cast<int>(port) : -1;
+}
+
 }  // namespace overlay_manager

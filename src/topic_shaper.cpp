@@ -25,7 +25,7 @@
 // Parameters (private): max_rate (Hz, 0 = none), budget_kbps_<path> (derp 4000, peer_relay 20000,
 // idle/unknown/offline 4000; 0 = none), compression (zstd|none), zstd_level (1), lossy
 // (none|decimate|voxel), lossy_below_hz (2), max_decimation (64), voxel_m (0.05), max_backlog_ms
-// (500), adapt_to_delivery, state_period (1 s), tiers (true), peers_topic, host_aliases,
+// (500), adapt_to_delivery, pacing_factor (2.5), state_period (1 s), tiers (true), peers_topic, host_aliases,
 // max_message_bytes, max_points.
 //
 // Threads: the message thread (the nodelet's single-threaded queue) runs onMessage and the
@@ -134,6 +134,7 @@ struct ShaperOptions
   double max_backlog_ms = 500.0;
   double state_period = 1.0;
   bool adapt_to_delivery = true;
+  double pacing_factor = kDefaultPacingFactor;  ///< budgeted connections paced at this x their budget; 0 = off
   std::string peers_topic;
   HostAliases host_aliases;
 };
@@ -184,6 +185,10 @@ ShaperOptions readShaperOptions(const ros::NodeHandle& pnh)
   if (!(o.state_period > 0.0) || !(o.max_backlog_ms > 0.0))
     throw ParamError(ns + ": state_period (s) and max_backlog_ms (ms) must be > 0");
   o.adapt_to_delivery = pnh.param("adapt_to_delivery", o.adapt_to_delivery);
+  o.pacing_factor = readDouble(pnh, "pacing_factor", o.pacing_factor);
+  if (!(o.pacing_factor == 0.0 || (o.pacing_factor >= 1.0 && o.pacing_factor <= 100.0)))
+    throw ParamError(ns + "/pacing_factor: must be 0 (no pacing) or in 1..100 (x the path's budget), got " +
+                     std::to_string(o.pacing_factor));
   const double max_bytes = readDouble(pnh, "max_message_bytes", static_cast<double>(o.max_message_bytes));
   if (!(max_bytes >= 1024.0 && max_bytes <= 4294967295.0))
     throw ParamError(ns + "/max_message_bytes: must be in 1024..4294967295, got " + std::to_string(max_bytes));
@@ -448,7 +453,8 @@ private:
     in_topic_ = nh.resolveName("in");
     const std::string out_topic = in_topic_ + "/shaped";
     TopicOptions o;
-    o.core = shaping::coreSettings(options.shaping, options.max_backlog_ms, options.adapt_to_delivery);
+    o.core = shaping::coreSettings(options.shaping, options.max_backlog_ms, options.adapt_to_delivery,
+                                   options.pacing_factor);
     o.state_period = options.state_period;
     o.peers_topic = options.peers_topic;
     o.host_aliases = options.host_aliases;

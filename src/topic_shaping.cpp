@@ -362,7 +362,8 @@ void ShapingPolicy::onInput(size_t input_bytes, bool reducible)
   decide();
 }
 
-CoreSettings coreSettings(const ShapingParams& shaping, double max_backlog_ms, bool adapt_to_delivery)
+CoreSettings coreSettings(const ShapingParams& shaping, double max_backlog_ms, bool adapt_to_delivery,
+                          double pacing_factor)
 {
   CoreSettings c;
   PolicyParams& p = c.policy;
@@ -379,6 +380,7 @@ CoreSettings coreSettings(const ShapingParams& shaping, double max_backlog_ms, b
   c.adapt_to_delivery = adapt_to_delivery;
   c.max_backlog_ms = max_backlog_ms;
   c.min_backlog_messages = 1.0;  // the newest message on its way is no backlog
+  c.pacing_factor = pacing_factor;
   return c;
 }
 
@@ -460,24 +462,6 @@ void ShapingPolicy::decide()
     d.reason += ", lossy";
   }
   decision_ = d;
-}
-
-bool RateGate::admit(double now_s, double rate_hz, bool backed_up)
-{
-  if (backed_up)
-    return false;
-  if (!(rate_hz > 0.0) || std::isinf(rate_hz))
-  {
-    next_due_ = now_s;
-    return true;
-  }
-  const double period = 1.0 / rate_hz;
-  if (now_s < next_due_ - 0.2 * period)
-    return false;
-  // the schedule keeps its phase (an early pass does not pull the next one earlier); after a gap it
-  // restarts half a period on, so a message never follows the last one closer than that
-  next_due_ = std::max(next_due_ + period, now_s + 0.5 * period);
-  return true;
 }
 
 }  // namespace shaping

@@ -1,6 +1,8 @@
 // Viewer-side decoding of the link-aware transports (viewer_decoders.h).
 #include "overlay_manager/viewer_decoders.h"
 
+#include <std_msgs/Empty.h>
+
 #include <stdexcept>
 
 namespace overlay_manager
@@ -46,6 +48,15 @@ const char* kindOf(DecodeStatus s)
 std::string keyframeRequestTopic(const std::string& stream_topic)
 {
   return stream_topic + "/keyframe_request";
+}
+
+std::shared_ptr<H264ViewerDecoder> makeH264ViewerDecoder(const std::string& output_encoding, const std::string& topic,
+                                                         const ImageLimits& limits, ros::NodeHandle nh)
+{
+  auto decoder = std::make_shared<H264ViewerDecoder>(output_encoding, topic, limits);
+  ros::Publisher pub = nh.advertise<std_msgs::Empty>(keyframeRequestTopic(topic), 1);
+  decoder->setKeyframeRequest([pub]() { pub.publish(std_msgs::Empty()); });
+  return decoder;
 }
 
 ImageLimits readImageLimits(const ros::NodeHandle& nh, const ImageLimits& defaults)

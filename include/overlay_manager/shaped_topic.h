@@ -18,7 +18,8 @@
 //     control thread; they never block on I/O (a camera driver calls them from its own spinner).
 //   * control thread (own callback queue + one-thread AsyncSpinner): ~peers, master look-ups,
 //     this process's bus info and each connection's socket counters (every 0.5 s; every 0.1 s while
-//     a skip gate holds), stream_state and the directory, the owner's hook. Blocking work is done
+//     a skip gate holds) and each budgeted connection's pace (SO_MAX_PACING_RATE, every 0.5 s),
+//     stream_state and the directory, the owner's hook. Blocking work is done
 //     without any lock frames take. A master that hangs stalls this thread (stream_state stops),
 //     never the frames: they go on with the last decision.
 #ifndef OVERLAY_MANAGER_SHAPED_TOPIC_H
@@ -195,7 +196,14 @@ private:
   void onPeers(const PeerListConstPtr& msg);
   void ensurePeers();
   void resolveAndDecide();
-  bool readDelivery(std::map<SubKey, DeliverySample>* out);
+  /// One connection of a subscriber: its socket in this process and the subscriber it serves.
+  struct Connection
+  {
+    int fd;
+    SubKey key;
+  };
+  bool readDelivery(std::map<SubKey, DeliverySample>* out, std::vector<Connection>* connections = nullptr);
+  void applyPacing(const std::vector<Connection>& connections);
   void onDeliveryCheck(const ros::WallTimerEvent&);
   void onRecheck(const ros::WallTimerEvent&);
   void publishState();
@@ -219,8 +227,9 @@ private:
   std::vector<ros::Subscriber> keyframe_subs_;
   ros::WallTimer timer_, delivery_timer_, recheck_timer_;
   ros::WallTime next_discovery_, peers_subscribed_at_;
-  bool warned_no_overlay_ = false, warned_silent_peers_ = false;
+  bool warned_no_overlay_ = false, warned_silent_peers_ = false, warned_pacing_ = false;
   std::vector<std::string> other_topics_;
+  std::map<int, unsigned int> paced_;  ///< sockets paced at the last check -> bytes/s
 
   std::atomic<bool> input_subscribed_{ false };
   std::atomic<bool> stopping_{ false };

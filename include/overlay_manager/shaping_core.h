@@ -74,7 +74,20 @@ struct CoreSettings
   /// its way, not a backlog; counted as one it cut the stream's cap to a fraction of its budget.
   /// 0 = max_backlog_ms alone (images).
   double min_backlog_messages = 0.0;
+  /// A budgeted subscriber's connections are paced at this multiple of its path's budget (the
+  /// kernel's TCP pacing, SO_MAX_PACING_RATE): a large message leaves as a stream at that rate
+  /// instead of a burst at whatever the link takes, so the queue it would build at a relayed link's
+  /// bottleneck (where a teleop topic's packets wait behind it) stays short. 0 = not paced.
+  double pacing_factor = 0.0;
 };
+
+/// Default pacing_factor of shaped topics and link-aware streams: a message of a stream at its
+/// budget leaves in 40 % of its period.
+constexpr double kDefaultPacingFactor = 2.5;
+
+/// The rate (kbit/s) a subscriber on `path` is paced at under `settings`: pacing_factor x the
+/// path's budget; 0 = not paced (no budget on that path, or pacing off).
+double pacingKbpsForPath(const std::string& path, const CoreSettings& settings);
 
 /// One subscriber's connections as the kernel sees them at one delivery check.
 struct DeliverySample
@@ -121,6 +134,7 @@ struct SubscriberState
   double observed_cap_kbps = std::numeric_limits<double>::quiet_NaN();
   uint32_t backlog_bytes = 0;
   double queue_delay_ms = std::numeric_limits<double>::quiet_NaN();
+  double pacing_kbps = std::numeric_limits<double>::quiet_NaN();  ///< its connections' pace; NaN = not paced
 };
 
 /// One tier's figures over the last window (what stream_state reports).
@@ -184,6 +198,8 @@ public:
   /// subscribers holds more than max_backlog_ms of the tier's stream and opens (with a keyframe,
   /// rate-limited) when none does. Does nothing when adapt_to_delivery is off.
   void observeDelivery(double now_s, const std::map<SubKey, DeliverySample>& samples);
+  /// The pace (kbit/s, pacingKbpsForPath) of every subscriber's connections now; 0 = not paced.
+  std::map<SubKey, double> pacing() const;
   /// Whether a skip gate holds on some tier (the adapter then re-checks often: recheck()).
   bool anyBackedUp() const;
   /// Fast re-check while a gate holds: a tier resumes as soon as every connection of it holds less

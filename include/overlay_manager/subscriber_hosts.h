@@ -68,6 +68,10 @@ std::string shortName(const std::string& host, const std::string& own_host, cons
 /// [host:2 on socket 17]" -> 17); -1 when there is none (e.g. intraprocess).
 int socketOfTransportInfo(const std::string& info);
 
+/// The peer's port in roscpp's TCPROS transport info ("TCPROS connection on port 1 to
+/// [host:2 on socket 17]" -> 2; an IPv6 host's last colon-separated field); -1 when there is none.
+int peerPortOfTransportInfo(const std::string& info);
+
 }  // namespace overlay_manager
 
 #endif  // OVERLAY_MANAGER_SUBSCRIBER_HOSTS_H

@@ -230,22 +230,10 @@ private:
 
 /// The shaping core's settings for a shaped topic: the path budgets of `shaping`, the rate as the
 /// only knob (quality pinned), fitted to kBudgetShare of the budget from the last message's size;
-/// the skip gate and delivery caps at `max_backlog_ms`, never less than one message of the stream.
-CoreSettings coreSettings(const ShapingParams& shaping, double max_backlog_ms, bool adapt_to_delivery);
-
-/// Latest-wins gate: a message passes when it is due under `rate_hz` (a 20 % early tolerance
-/// keeps a 10 Hz input at 10 Hz under a 10 Hz cap) and no subscriber is backed up. Nothing is
-/// queued: a message that does not pass is dropped, and the next one that arrives when due is
-/// the newest.
-class RateGate
-{
-public:
-  /// True when the message arriving at `now_s` (s, monotonic) is to be sent.
-  bool admit(double now_s, double rate_hz, bool backed_up);
-
-private:
-  double next_due_ = 0.0;
-};
+/// the skip gate and delivery caps at `max_backlog_ms`, never less than one message of the stream;
+/// a budgeted subscriber's connections paced at `pacing_factor` x its path's budget (0 = not paced).
+CoreSettings coreSettings(const ShapingParams& shaping, double max_backlog_ms, bool adapt_to_delivery,
+                          double pacing_factor);
 
 }  // namespace shaping
 }  // namespace overlay_manager

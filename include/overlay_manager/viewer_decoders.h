@@ -27,6 +27,7 @@
 
 #include <chrono>
 #include <functional>
+#include <memory>
 #include <string>
 
 namespace overlay_manager
@@ -65,6 +66,12 @@ private:
   bool requested_ = false;
   uint64_t waiting_run_ = 0;  ///< messages in a row spent waiting for a keyframe
 };
+
+/// An H.264 subscription's decoder for `topic` that asks for keyframes on keyframeRequestTopic(topic),
+/// advertised on `nh` (the advertisement lives as long as the decoder).
+std::shared_ptr<H264ViewerDecoder> makeH264ViewerDecoder(const std::string& output_encoding, const std::string& topic,
+                                                         const ImageLimits& limits,
+                                                         ros::NodeHandle nh = ros::NodeHandle());
 
 /// One JPEG/PNG subscription's decoder.
 class ImageViewerDecoder

@@ -50,7 +50,7 @@ class SubscriberShaping:
     (same field names, same meanings and units: see StreamSubscriber.msg).
 
     path, backlog_bytes and queue_delay_ms are as the publisher's machine sees them; budget_kbps,
-    observed_cap_kbps and queue_delay_ms are NaN for "none" / "not measured".
+    observed_cap_kbps, queue_delay_ms and pacing_kbps are NaN for "none" / "not measured" / "not paced".
     """
 
     node: str = ""
@@ -67,6 +67,7 @@ class SubscriberShaping:
     quality: int = 0
     rate_hz: float = math.nan
     bitrate_kbps: float = math.nan
+    pacing_kbps: float = math.nan
 
     @staticmethod
     def from_fields(entry: Any) -> "SubscriberShaping":

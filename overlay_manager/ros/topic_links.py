@@ -35,7 +35,7 @@ XMLRPC_TIMEOUT_S = 1.0
 
 
 NO_SHAPING = dict(budget_kbps=math.nan, observed_cap_kbps=math.nan, queue_delay_ms=math.nan,
-                  rate_hz=math.nan, bitrate_kbps=math.nan)
+                  rate_hz=math.nan, bitrate_kbps=math.nan, pacing_kbps=math.nan)
 """StreamSubscriber fields of a link without shaping: its floats are unknown (NaN), not 0."""
 
 

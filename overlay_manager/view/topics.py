@@ -9,6 +9,7 @@ by name, so tests can pass any object with those attributes.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any, Iterable, List, Optional, Tuple
 
@@ -113,6 +114,8 @@ def shaping_cells(link: Any) -> ShapingCells:
                          ("tier its path calls for", sub.wanted_tier),
                          ("stream bitrate", "" if fmt.is_nan(sub.bitrate_kbps)
                           else fmt.format_bitrate(sub.bitrate_kbps * 1000.0)),
+                         ("paced at", "" if fmt.is_nan(getattr(sub, "pacing_kbps", math.nan))
+                          else fmt.format_bitrate(sub.pacing_kbps * 1000.0)),
                          ("path as the publisher's machine sees it", sub.path)):
         if value:
             details.append(f"{label}: {value}")

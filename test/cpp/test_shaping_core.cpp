@@ -344,7 +344,7 @@ TEST(Admission, ARaisedBudgetActsOnTheNextMessageNotAfterTheOldPeriod)
 {
   overlay_manager::shaping::ShapingParams sp;
   sp.budget_kbps[paths::kDerp] = 400.0;
-  ShapingCore core(shaperTraits(), overlay_manager::shaping::coreSettings(sp, 500.0, true));
+  ShapingCore core(shaperTraits(), overlay_manager::shaping::coreSettings(sp, 500.0, true, 0.0));
   core.connected(tiers::kFittedTier, "/viewer");
   setPaths(core, { { "/viewer", paths::kDerp } });
   ASSERT_TRUE(core.admit(tiers::kFittedTier, 0.0).due);
@@ -352,7 +352,7 @@ TEST(Admission, ARaisedBudgetActsOnTheNextMessageNotAfterTheOldPeriod)
   EXPECT_FALSE(core.admit(tiers::kFittedTier, 0.5).due);
   // the budget goes up tenfold (a delivery cap lifted, a live setting): 1.8 Hz from now on
   sp.budget_kbps[paths::kDerp] = 4000.0;
-  core.applySettings(overlay_manager::shaping::coreSettings(sp, 500.0, true));
+  core.applySettings(overlay_manager::shaping::coreSettings(sp, 500.0, true, 0.0));
   int admitted = 0;
   double first = -1.0;
   for (int i = 6; i <= 50; ++i)  // the 10 Hz input from 0.6 s to 5 s
@@ -375,7 +375,7 @@ TEST(Admission, ARaisedBudgetActsOnTheNextMessageNotAfterTheOldPeriod)
 TEST(Delivery, ALargeMessageOnItsWayIsNoBacklogTwoAre)
 {
   overlay_manager::shaping::ShapingParams sp;  // derp 4000 kbit/s
-  ShapingCore core(shaperTraits(), overlay_manager::shaping::coreSettings(sp, 500.0, true));
+  ShapingCore core(shaperTraits(), overlay_manager::shaping::coreSettings(sp, 500.0, true, 0.0));
   core.connected(tiers::kFittedTier, "/viewer");
   setPaths(core, { { "/viewer", paths::kDerp } });
   const SubKey key{ tiers::kFittedTier, "/viewer" };
@@ -407,4 +407,54 @@ TEST(Delivery, ALargeMessageOnItsWayIsNoBacklogTwoAre)
   st = core.snapshot(2.0);
   EXPECT_LT(st[0].subscribers[0].observed_cap_kbps, 4000.0);
   EXPECT_TRUE(st[0].backed_up);
+}
+
+TEST(Pacing, ABudgetedSubscriberIsPacedAtItsPathsBudgetTimesTheFactorOthersNot)
+{
+  CoreSettings settings;
+  settings.pacing_factor = 2.5;
+  ShapingCore core(jpegTraits(), settings);
+  core.connected(tiers::kFittedTier, "/relayed_viewer");
+  core.connected(tiers::kFittedTier, "/unresolved_viewer");
+  core.connected(tiers::kFullTier, "/direct_viewer");
+  setPaths(core, { { "/relayed_viewer", paths::kDerp }, { "/direct_viewer", paths::kDirect } });
+  const double derp = settings.policy.budget_kbps.at(paths::kDerp);
+  const double unknown = settings.policy.budget_kbps.at(paths::kUnknown);
+  std::map<SubKey, double> pace = core.pacing();
+  ASSERT_EQ(pace.size(), 3u);
+  EXPECT_DOUBLE_EQ((pace[SubKey{ tiers::kFittedTier, "/relayed_viewer" }]), 2.5 * derp);
+  EXPECT_DOUBLE_EQ((pace[SubKey{ tiers::kFittedTier, "/unresolved_viewer" }]), 2.5 * unknown);
+  EXPECT_DOUBLE_EQ((pace[SubKey{ tiers::kFullTier, "/direct_viewer" }]), 0.0);  // no budget: not paced
+
+  // stream_state says it per subscriber (NaN = not paced)
+  const std::vector<TierState> st = core.snapshot(1.0);
+  const TierState* fitted = find(st, tiers::kFittedTier);
+  const TierState* full = find(st, tiers::kFullTier);
+  ASSERT_TRUE(fitted && full);
+  for (const auto& s : fitted->subscribers)
+    if (s.node == "/relayed_viewer")
+      EXPECT_DOUBLE_EQ(s.pacing_kbps, 2.5 * derp);
+  ASSERT_EQ(full->subscribers.size(), 1u);
+  EXPECT_TRUE(std::isnan(full->subscribers[0].pacing_kbps));
+
+  // the path turns direct: unpaced; pacing off live: nobody is paced
+  setPaths(core, { { "/relayed_viewer", paths::kDirect } });
+  EXPECT_DOUBLE_EQ((core.pacing()[SubKey{ tiers::kFittedTier, "/relayed_viewer" }]), 0.0);
+  settings.pacing_factor = 0.0;
+  core.applySettings(settings);
+  for (const auto& kv : core.pacing())
+    EXPECT_DOUBLE_EQ(kv.second, 0.0) << kv.first.node;
+}
+
+TEST(Pacing, APathBudgetOfZeroOrNoneIsNeverPaced)
+{
+  CoreSettings settings;
+  settings.pacing_factor = 2.0;
+  settings.policy.budget_kbps[paths::kPeerRelay] = 20000.0;
+  settings.policy.budget_kbps.erase(paths::kDerp);
+  EXPECT_DOUBLE_EQ(overlay_manager::pacingKbpsForPath(paths::kPeerRelay, settings), 40000.0);
+  EXPECT_DOUBLE_EQ(overlay_manager::pacingKbpsForPath(paths::kDerp, settings), 0.0);
+  EXPECT_DOUBLE_EQ(overlay_manager::pacingKbpsForPath(paths::kSelf, settings), 0.0);
+  settings.policy.budget_kbps[paths::kDerp] = 0.0;
+  EXPECT_DOUBLE_EQ(overlay_manager::pacingKbpsForPath(paths::kDerp, settings), 0.0);
 }

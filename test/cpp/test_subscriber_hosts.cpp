@@ -48,6 +48,18 @@ TEST(SubscriberHosts, SocketOfTransportInfo)
   EXPECT_EQ(socketOfTransportInfo("... on socket ]"), -1);
 }
 
+TEST(SubscriberHosts, PeerPortOfTransportInfo)
+{
+  using overlay_manager::peerPortOfTransportInfo;
+  EXPECT_EQ(peerPortOfTransportInfo("TCPROS connection on port 40111 to [100.64.0.3:51234 on socket 17]"), 51234);
+  EXPECT_EQ(peerPortOfTransportInfo("TCPROS connection on port 40111 to [fd7a:115c:a1e0::3:443 on socket 9]"), 443);
+  EXPECT_EQ(peerPortOfTransportInfo("TCPROS connection on port 40111 to [TCPServer Socket on socket 9]"), -1);
+  EXPECT_EQ(peerPortOfTransportInfo("TCPROS connection on port 1 to [host:99999 on socket 3]"), -1);
+  EXPECT_EQ(peerPortOfTransportInfo("TCPROS connection on port 1 to [host:12a on socket 3]"), -1);
+  EXPECT_EQ(peerPortOfTransportInfo("INTRAPROCESS"), -1);
+  EXPECT_EQ(peerPortOfTransportInfo(" on socket  to [x:1"), -1);
+}
+
 int main(int argc, char** argv)
 {
   testing::InitGoogleTest(&argc, argv);

@@ -1,6 +1,6 @@
 // Unit tests of the topic shaper's pure parts (include/overlay_manager/topic_shaping.h): zstd round
 // trips and hostile frames, point-cloud layout checks and reductions, the policy's rate and
-// reduction decisions, the latest-wins gate.
+// reduction decisions.
 #include "overlay_manager/topic_shaping.h"
 
 #include <gtest/gtest.h>
@@ -384,35 +384,6 @@ TEST(Policy, TheFirstCloudIsReducedFromItsInputSize)
   lossless.setBudgetKbps(4000.0, "far");
   lossless.onInput(5690000, true);
   EXPECT_EQ(lossless.decision().decimation, 1u) << "lossy not allowed";
-}
-
-TEST(Gate, LatestWinsNeverQueues)
-{
-  RateGate g;
-  int passed = 0;
-  // a 10 Hz input under a 2 Hz cap for 5 s: 10 pass, evenly
-  for (int i = 0; i < 50; ++i)
-    passed += g.admit(i * 0.1, 2.0, false) ? 1 : 0;
-  EXPECT_GE(passed, 10);
-  EXPECT_LE(passed, 11);
-  // a 10 Hz input under a 10 Hz cap with jitter: every message
-  RateGate g2;
-  std::mt19937 rng(3);
-  passed = 0;
-  for (int i = 0; i < 100; ++i)
-    passed += g2.admit(i * 0.1 + (rng() % 20) * 0.001, 10.0, false) ? 1 : 0;
-  EXPECT_GE(passed, 98);
-  // backed up: nothing, and nothing owed afterwards (no burst)
-  RateGate g3;
-  for (int i = 0; i < 30; ++i)
-    EXPECT_FALSE(g3.admit(i * 0.1, 10.0, true));
-  passed = 0;
-  for (int i = 30; i < 40; ++i)
-    passed += g3.admit(i * 0.1, 10.0, false) ? 1 : 0;
-  EXPECT_LE(passed, 10);
-  RateGate none;
-  EXPECT_TRUE(none.admit(0.0, std::numeric_limits<double>::infinity(), false));
-  EXPECT_TRUE(none.admit(0.0001, std::numeric_limits<double>::infinity(), false));
 }
 
 int main(int argc, char** argv)

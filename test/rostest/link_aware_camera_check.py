@@ -174,6 +174,10 @@ class LinkAwareCamera(unittest.TestCase):
             self.assertEqual(st.reason, "path derp")
             self.assertAlmostEqual(st.budget_kbps, BUDGET_DERP_KBPS)
             self.assertEqual(st.subscribers[0].host, "alpha-laptop")
+            # its connection is paced at the default pacing_factor (2.5) x its budget, from the next
+            # delivery check on
+            wait_for("stream_state: the derp viewer paced at 2.5 x its budget", lambda: self._state_with_path(
+                Peer.PATH_DERP, lambda s: abs(s.subscribers[0].pacing_kbps - 2.5 * BUDGET_DERP_KBPS) < 1.0), timeout=5)
             time.sleep(2.0)  # settle, then measure what actually arrives
             del got[:]
             t0 = time.monotonic()

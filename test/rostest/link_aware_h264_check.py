@@ -4,7 +4,7 @@
 This node is the overlay node's ~peers (/robot1/overlay_manager/peers: this host 127.0.0.2 is the peer
 "laptop") and the checks. The stream has tiers (the default): the image_transport viewer follows the
 stream's directory to the full tier (<topic>/full) while its path is direct and to the fitted tier
-(<topic>) on derp, with no parameter of its own; the decoder nodelet and this node's rospy
+(<topic>) on derp, with no parameter of its own, and so does the decoder nodelet; this node's rospy
 subscribers cannot switch and stay on the topic they subscribed to, which is fitted to them.
 Checks: both viewers get decoded pictures, each on the tier it should read; a late subscriber of
 the running tier decodes a picture within 1 s (the keyframe interval is 10 s, so only the keyframe
@@ -229,16 +229,20 @@ class LinkAwareH264(unittest.TestCase):
         sub = rospy.Subscriber("/camera/decoded_h264", Image, got.append, queue_size=5, buff_size=2**24)
         try:
             dec = wait_for("a frame from the decoder nodelet (link_aware_h264)", lambda: got and got[-1], timeout=20)
-            # the decoder nodelet does not read the directory: it stays on the fitted tier, fitted to it
-            fitted = wait_for("the fitted tier's stream_state naming the decoder on direct, at the maximum bitrate",
-                              lambda: [s for s in self.states_since(time.monotonic() - 0.6)
-                                       if [x.node for x in s.subscribers] == ["/decoder"]
-                                       and s.subscribers[0].path == Peer.PATH_DIRECT
-                                       and s.video_bitrate_kbps == MAX_VIDEO_KBPS])[-1]
+            # the decoder nodelet follows the directory as the plugin does: its path, direct, has no budget
+            wait_for("the full tier's stream_state naming the decoder nodelet and the viewer",
+                     lambda: self.subscribers(FULL) == ["/decoder", "/viewer"], timeout=20)
+            n = len(got)
+            wait_for("10 more pictures from the decoder nodelet on the full tier", lambda: len(got) >= n + 10,
+                     timeout=10)
+            moved = got[-1]
         finally:
             sub.unregister()
-        self.assertEqual((dec.width, dec.height, dec.encoding), (WIDTH, HEIGHT, "rgb8"))
-        self.assertEqual(fitted.subscribers[0].wanted_tier, "full")
+        for img in (dec, moved):
+            self.assertEqual((img.width, img.height, img.encoding), (WIDTH, HEIGHT, "rgb8"))
+        # nobody reads the decoder: it leaves the stream
+        wait_for("the full tier's stream_state naming only the viewer again",
+                 lambda: self.subscribers(FULL) == ["/viewer"], timeout=20)
         st = wait_for("the full tier's stream_state naming the laptop on direct",
                       lambda: [s for s in self.states_since(0, FULL)
                                if [(x.host, x.path) for x in s.subscribers] == [("laptop", Peer.PATH_DIRECT)]])[-1]

@@ -12,6 +12,7 @@ lying raw_size, a corrupt frame, an unknown encoding, a foreign type) are droppe
 keeps running and passes the next valid message.
 """
 import io
+import math
 import sys
 import threading
 import time
@@ -22,12 +23,14 @@ import rospy
 import rostest
 import zstandard
 from link_aware_common import peers_msg, wait_for
-from sensor_msgs.msg import LaserScan, PointCloud2, PointField
+from sensor_msgs.msg import CompressedImage, LaserScan, PointCloud2, PointField
 
 from overlay_manager.msg import Peer, PeerList, ShapedMessage, ShapedType, StreamState
 
 WIDTH, HEIGHT = 200, 100  # 20,000 points, 16 bytes each
 BUDGET_DERP_KBPS = 2000.0  # topic_shaper.test
+PACING_FACTOR = 2.5  # the default pacing_factor
+BLOB_BYTES = 256 * 1024  # /blob: random bytes that zstd cannot shrink
 
 
 def make_cloud(seq: int) -> PointCloud2:
@@ -80,6 +83,7 @@ class TopicShaper(unittest.TestCase):
         cls.peers_pub.publish(peers_msg(Peer.PATH_DERP))
         cls.cloud_pub = rospy.Publisher("/points", PointCloud2, queue_size=1)
         cls.scan_pub = rospy.Publisher("/scan", LaserScan, queue_size=1)
+        cls.blob_pub = rospy.Publisher("/blob", CompressedImage, queue_size=1)
         for topic in ("/points/shaped/stream_state", "/points/shaped/full/stream_state", "/scan/shaped/stream_state"):
             rospy.Subscriber(topic, StreamState, cls._on_state, callback_args=topic)
         rospy.Subscriber("/points_view", PointCloud2, cls._on_cloud, queue_size=1)
@@ -99,12 +103,17 @@ class TopicShaper(unittest.TestCase):
     @classmethod
     def _publish(cls):
         clouds = [make_cloud(i) for i in range(4)]
+        blob = CompressedImage(format="none")
+        blob.data = np.random.default_rng(7).bytes(BLOB_BYTES)
         i = 0
         while not cls.stop.is_set() and not rospy.is_shutdown():
             if i % 2 == 0:
                 c = clouds[(i // 2) % len(clouds)]
                 c.header.stamp = rospy.Time.now()
                 cls.cloud_pub.publish(c)
+            if i % 10 == 0:
+                blob.header.stamp = rospy.Time.now()
+                cls.blob_pub.publish(blob)
             s = make_scan(i % 16)
             s.header.stamp = rospy.Time.now()
             with cls.lock:
@@ -187,6 +196,35 @@ class TopicShaper(unittest.TestCase):
         self.assertGreater(rate, 2.0, "decimation is there to keep the rate up")
         self.assertLess(rate, 8.0, "the budget holds the rate under the input's 10 Hz")
 
+    def test_1b_a_relayed_connection_is_paced_at_its_budget_times_the_factor(self):
+        """The kernel paces a derp viewer's connection (SO_MAX_PACING_RATE) at 2.5 x its 2000 kbit/s
+        budget: a 256 KB message (random bytes, /blob) takes hundreds of ms to arrive (its first
+        64 KB segment leaves at once on loopback, the rest at about the pace: 210-265 ms measured
+        against 315 ms for 192 KB at 5 Mbit/s), an unpaced one a few ms (the first, sent before the
+        delivery check paced the new connection: 5 ms)."""
+        pace_kbps = PACING_FACTOR * BUDGET_DERP_KBPS
+        st = wait_for("stream_state to name points_unshape's pace", lambda: (lambda st: st if st and any(
+            s.node == "/points_unshape" and abs(s.pacing_kbps - pace_kbps) < 1.0 for s in st.subscribers) else None)(
+            self.state("/points/shaped/stream_state")), timeout=10.0)
+        print(f"[topic_shaper] paced: {[(s.node, s.path, s.pacing_kbps) for s in st.subscribers]}", file=sys.stderr)
+        ages = []
+
+        def on_blob(msg):
+            ages.append((rospy.get_time() - msg.header.stamp.to_sec(), len(msg.data)))
+        sub = rospy.Subscriber("/blob/shaped", ShapedMessage, on_blob, queue_size=4, buff_size=2**22)
+        try:
+            # the connection is paced from the delivery check after it connected (every 0.5 s): the
+            # first message may still leave unpaced
+            wait_for("4 messages on /blob/shaped", lambda: len(ages) >= 4, timeout=20.0)
+        finally:
+            sub.unregister()
+        least_ms = 1000.0 * (BLOB_BYTES - 65536) * 8.0 / (pace_kbps * 1000.0)
+        ages_ms = [round(1000.0 * a) for a, _ in ages]
+        print(f"[topic_shaper] /blob/shaped ages {ages_ms} ms (sizes {[n for _, n in ages]} B), at least "
+              f"{least_ms:.0f} ms at the pace", file=sys.stderr)
+        self.assertGreater(sorted(ages_ms[1:])[len(ages_ms[1:]) // 2], 0.4 * least_ms,
+                           "a large message arrives no sooner than its size at the pace allows")
+
     def test_2_scan_fits_and_arrives_whole(self):
         t0 = time.monotonic()
         wait_for("40 scans on /scan_view", lambda: len([1 for t, _ in list(self.scans) if t >= t0]) >= 40,
@@ -219,6 +257,8 @@ class TopicShaper(unittest.TestCase):
             self.assertEqual(st.tier, "full")
             self.assertEqual(st.reason, "no budget")
             self.assertIn("; raw;", st.format)
+            for sub in st.subscribers:
+                self.assertTrue(math.isnan(sub.pacing_kbps), f"a direct subscriber is not paced: {sub}")
         finally:
             self.peers_pub.publish(peers_msg(Peer.PATH_DERP))
         wait_for("points_unshape back on the fitted tier (derp)", lambda: any(

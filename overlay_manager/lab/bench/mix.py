@@ -97,12 +97,13 @@ def goal_check(mode_res: Dict[str, Any], published: Dict[str, Any]) -> Dict[str,
 
 
 def run(out_dir: Path, seconds: float, modes: Sequence[str], uplink_mbit: float, scene: str, direct: bool,
-        run_id: Optional[str] = None) -> Dict[str, Any]:
-    """The whole benchmark; returns the JSON data (also written to out_dir)."""
+        run_id: Optional[str] = None, pacing_factor: Optional[float] = None) -> Dict[str, Any]:
+    """The whole benchmark; returns the JSON data (also written to out_dir). ``pacing_factor``: the
+    shaper's and the camera's (None = their default)."""
     t_run = time.monotonic()
     load_start = load_average()
     lab = Lab(SPEC, run_id=run_id)
-    mix = RobotMix(lab, say=say, scene=scene)
+    mix = RobotMix(lab, say=say, scene=scene, pacing_factor=pacing_factor)
     results: Dict[str, Any] = {}
     errors: List[str] = []
     setup: Dict[str, Any] = {}
@@ -132,7 +133,9 @@ def run(out_dir: Path, seconds: float, modes: Sequence[str], uplink_mbit: float,
     data = {"meta": {"date": time.strftime("%Y-%m-%d %H:%M"), "seconds_per_mode": seconds, "uplink_mbit": uplink_mbit,
                      "cores": os.cpu_count(), "load_start": load_start, "load_end": load_average(),
                      "scene": scene, "published": mix.published, "camera_stream": mix.camera_stream,
-                     "nominal_hz": NOMINAL_HZ, "throttle_hz": THROTTLE_HZ, "shaper_params": SHAPER_PARAMS,
+                     "nominal_hz": NOMINAL_HZ, "throttle_hz": THROTTLE_HZ,
+                     "shaper_params": dict(SHAPER_PARAMS, **({} if pacing_factor is None else
+                                                             {"pacing_factor": pacing_factor})),
                      "robot": ROBOT, "relayed": RELAYED,
                      "direct": DIRECT if direct else None, "modes": [m for m in modes if m in results],
                      "goals": GOALS, "setup": setup, "run_seconds": round(time.monotonic() - t_run),
@@ -274,6 +277,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     ap.add_argument("--uplink-mbit", type=float, default=UPLINK_MBIT)
     ap.add_argument("--scene", choices=["real", "synthetic"], default="real")
     ap.add_argument("--no-direct", action="store_true", help="no direct viewer (the relayed one alone)")
+    ap.add_argument("--pacing-factor", type=float, default=None,
+                    help="the shaper's and the camera's pacing_factor (default: theirs, 2.5; 0 = no pacing)")
     ap.add_argument("--run-id", default=None)
     ap.add_argument("--replot", metavar="JSON", help="only re-render the table and plots from a bench_mix.json")
     a = ap.parse_args(argv)
@@ -289,7 +294,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print("bench_mix: needs root (network namespaces)", file=sys.stderr)
         return 2
     try:
-        data = run(out, a.seconds, modes, a.uplink_mbit, a.scene, not a.no_direct, a.run_id)
+        data = run(out, a.seconds, modes, a.uplink_mbit, a.scene, not a.no_direct, a.run_id, a.pacing_factor)
     except LabError as exc:
         print(f"bench_mix: error: {exc}", file=sys.stderr)
         return 1

@@ -105,8 +105,9 @@ class RobotMix:
     """The robot and both laptops in ``lab`` (made from :data:`SPEC`). Every process started is
     kept and stopped by pid in :meth:`stop`; ``say`` narrates."""
 
-    def __init__(self, lab: Lab, say: Any = print, scene: str = "real") -> None:
-        self.lab, self.say, self.scene = lab, say, scene
+    def __init__(self, lab: Lab, say: Any = print, scene: str = "real", pacing_factor: Optional[float] = None) -> None:
+        """``pacing_factor``: the shaper's and the camera's ``pacing_factor`` (None = their default)."""
+        self.lab, self.say, self.scene, self.pacing_factor = lab, say, scene, pacing_factor
         self.procs: List[subprocess.Popen] = []
         self.encoder: Optional[subprocess.Popen] = None
         self.throttles: List[subprocess.Popen] = []
@@ -132,7 +133,9 @@ class RobotMix:
         self.procs.append(robots.start_tool(lab, ROBOT, ["probe.mix_nodes", "publish", "--ns", f"/{n}",
                                                          "--scene", self.scene], "mix"))
         self.encoder = camera_streams.start_encoder(lab, ROBOT, topic("camera"), overlay_node(ROBOT),
-                                                    f"link_aware_camera_{n}", 6000.0, "encoder")
+                                                    f"link_aware_camera_{n}", 6000.0, "encoder",
+                                                    params=None if self.pacing_factor is None else
+                                                    {"pacing_factor": self.pacing_factor})
         camera_streams.encoder_pids(self.encoder)
         self.wait_paths()
         times["paths_s"] = round(time.monotonic() - t0, 1)
@@ -212,6 +215,8 @@ class RobotMix:
         import yaml
 
         params = dict(SHAPER_PARAMS)
+        if self.pacing_factor is not None:
+            params["pacing_factor"] = self.pacing_factor
         params["topics"] = [dict(e, topic=topic(e["topic"])) for e in SHAPER_PARAMS["topics"]]
         path = Path(self.lab.host_dir(ROBOT)) / "shaping.yaml"
         path.write_text(yaml.safe_dump(params, sort_keys=False))
