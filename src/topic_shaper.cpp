@@ -26,7 +26,8 @@
 // idle/unknown/offline 4000; 0 = none), compression (zstd|none), zstd_level (1), lossy
 // (none|decimate|voxel), lossy_below_hz (2), max_decimation (64), voxel_m (0.05), max_backlog_ms
 // (500), adapt_to_delivery, pacing_factor (2.5), state_period (1 s), tiers (true), peers_topic, host_aliases,
-// max_message_bytes, max_points.
+// max_message_bytes, max_points. All but topics, compression, tiers, peers_topic and host_aliases are
+// live: a dynamic_reconfigure server per shaped topic (cfg/TopicShaper.cfg) in its namespace.
 //
 // Threads: the message thread (the nodelet's single-threaded queue) runs onMessage and the
 // ShapedTopic loop (shapers per tier, publish); the adapter's control thread runs the rest and the

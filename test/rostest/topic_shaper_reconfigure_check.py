@@ -122,7 +122,8 @@ class TopicShaperReconfigure(unittest.TestCase):
         self.assertEqual(rospy.get_param(SERVER + "/pacing_factor"), before["pacing_factor"])
         # the stream keeps the old budget: still the old one two state periods later
         time.sleep(1.0)
-        st = self.wait_state("stream_state with the old budget", lambda st: st.budget_kbps == before["budget_kbps_derp"])
+        st = self.wait_state("stream_state with the old budget",
+                             lambda st: st.budget_kbps == before["budget_kbps_derp"])
         self.assertEqual(st.rate_hz, before["max_rate"])
 
 
