@@ -43,9 +43,12 @@ cloud comes at 2-3 Hz here: the check is that it is not held back like the relay
 Hz) and comes whole."""
 RAW_CLOUD_MAX_HZ = 3.0
 """Above this the raw cloud would not be limited by a 30 Mbit/s uplink (0.66 Hz fill it)."""
-SHAPED_AGE_P99_MS = 2000.0
-"""Bound on a shaped topic's message age p99 at the relayed laptop (the goal is 500 ms:
-docs/bench.md; margin for a busy 2-core machine). The raw cloud's is 7-18 s."""
+SHAPED_AGE_P99_MS = 3000.0
+"""Bound on a shaped topic's message age p99 at the relayed laptop (the goal is 500 ms, measured
+by bench_mix: docs/bench.md). At load 5-9 on 2 cores, with the direct laptop pulling 220-270
+Mbit/s through userspace WireGuard, the paced cloud's p99 in these 8 s windows reached 0.8-1.9 s
+(its first messages, sent while the machine is busiest); a shaper that blocks itself stalls a
+topic for 4 s and more (the raw cloud's is 7-18 s)."""
 SHAPED_CLOUD_MIN_HZ = 0.25
 """The shaped cloud must come at least as often as a hand-set throttle that fits the uplink on
 paper (0.3 Hz, which delivers 0.2-0.3 Hz at 7-18 s of age here) and the raw cloud (0.1-0.15 Hz).

@@ -3,6 +3,7 @@
     source "$(bash scripts/build)/devel/setup.bash"
     sudo -E /usr/bin/python3 -m overlay_manager.lab.bench.fleet [--out artifacts] [--seconds 10]
          [--uplink-mbit 30] [--budget-kbps 6000] [--episode-mbit 5] [--episode-s 5] [--no-episode]
+         [--pacing-factor F]
     /usr/bin/python3 -m overlay_manager.lab.bench.fleet --replot artifacts/bench_fleet.json
 
 The campus of campus/fleet_camera.py: alpha-robot1..4 in one building whose router drops UDP (every
@@ -98,8 +99,10 @@ def episode_check(frames: Sequence[Sequence[Any]], t_congest: float, t_restore: 
 
 
 def run(out_dir: Path, seconds: float, uplink_mbit: float, budget_kbps: float, episode_mbit: Optional[float],
-        run_id: Optional[str] = None, episode_s: float = EPISODE_S) -> Dict[str, Any]:
-    """The whole benchmark; returns the JSON data (also written to out_dir)."""
+        run_id: Optional[str] = None, episode_s: float = EPISODE_S,
+        pacing_factor: Optional[float] = None) -> Dict[str, Any]:
+    """The whole benchmark; returns the JSON data (also written to out_dir). ``pacing_factor``: the
+    encoders' (None = their default, 2.5)."""
     t_run = time.monotonic()
     load_start = load_average()
     lab = Lab(SPEC, run_id=run_id)
@@ -110,7 +113,7 @@ def run(out_dir: Path, seconds: float, uplink_mbit: float, budget_kbps: float, e
     kinds: List[str] = []
     try:
         lab.up()
-        results["setup"] = fc.start(uplink_mbit, budget_kbps)
+        results["setup"] = fc.start(uplink_mbit, budget_kbps, pacing_factor)
         kinds = fc.kinds()
         for kind in kinds:
             say(f"{kind}: four streams in one viewer, Twist to each robot, {seconds:g} s")
@@ -159,7 +162,8 @@ def run(out_dir: Path, seconds: float, uplink_mbit: float, budget_kbps: float, e
         fc.stop()
         lab.down()
     data = {"meta": {"date": time.strftime("%Y-%m-%d %H:%M"), "seconds_per_kind": seconds,
-                     "uplink_mbit": uplink_mbit, "budget_kbps": budget_kbps, "cores": os.cpu_count(),
+                     "uplink_mbit": uplink_mbit, "budget_kbps": budget_kbps, "pacing_factor": pacing_factor,
+                     "cores": os.cpu_count(),
                      "load_start": load_start, "load_end": load_average(),
                      "image": "vtest.avi scaled to 640x480 rgb8, 30 Hz, looping", "control_hz": 50,
                      "robots": list(ROBOTS), "viewer": LAPTOP, "kinds": kinds, "goals": GOALS,
@@ -329,6 +333,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     ap.add_argument("--episode-s", type=float, default=EPISODE_S,
                     help="how long the congestion episode lasts (s; long ones show a link that stays congested)")
     ap.add_argument("--no-episode", action="store_true")
+    ap.add_argument("--pacing-factor", type=float, default=None,
+                    help="the encoders' pacing_factor (default: theirs, 2.5; 0 = no pacing)")
     ap.add_argument("--run-id", default=None)
     ap.add_argument("--replot", metavar="JSON", help="only re-render the table and plots from a bench_fleet.json")
     a = ap.parse_args(argv)
@@ -340,7 +346,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return 2
     try:
         data = run(out, a.seconds, a.uplink_mbit, a.budget_kbps, None if a.no_episode else a.episode_mbit, a.run_id,
-                   a.episode_s)
+                   a.episode_s, a.pacing_factor)
     except LabError as exc:
         print(f"bench_fleet: error: {exc}", file=sys.stderr)
         return 1

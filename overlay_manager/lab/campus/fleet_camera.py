@@ -67,9 +67,10 @@ class FleetCamera:
         self.encoders: Dict[str, subprocess.Popen] = {}
         self.streams: Dict[str, Dict[str, str]] = {}  # robot -> kind -> topic
 
-    def start(self, uplink_mbit: float = UPLINK_MBIT, budget_kbps: float = BUDGET_KBPS) -> Dict[str, float]:
-        """robot.launch everywhere (alpha-robot1 is the master), cameras, echoes, encoders, the
-        uplink limit; returns timings (s) of the steps."""
+    def start(self, uplink_mbit: float = UPLINK_MBIT, budget_kbps: float = BUDGET_KBPS,
+              pacing_factor: Optional[float] = None) -> Dict[str, float]:
+        """robot.launch everywhere (alpha-robot1 is the master), cameras, echoes, encoders (with
+        ``pacing_factor``; None = their default), the uplink limit; returns timings (s) of the steps."""
         lab, t0 = self.lab, time.monotonic()
         times: Dict[str, float] = {}
         self.say(f"robot.launch on {ROBOTS[0]} (ROS master)")
@@ -88,8 +89,9 @@ class FleetCamera:
             self.procs.append(robots.start_tool(lab, r, camera, "camera"))
             self.procs.append(robots.start_tool(lab, r, ["probe.rosnodes", "echo", "--input", f"/{ns}/cmd_vel",
                                                          "--output", f"/{ns}/cmd_vel_echo"], "twist_echo"))
-            self.encoders[r] = camera_streams.start_encoder(lab, r, raw_topic(r), node(r), f"link_aware_camera_{ns}",
-                                                            budget_kbps, "encoder")
+            self.encoders[r] = camera_streams.start_encoder(
+                lab, r, raw_topic(r), node(r), f"link_aware_camera_{ns}", budget_kbps, "encoder",
+                params=None if pacing_factor is None else {"pacing_factor": pacing_factor})
         for r in ROBOTS:
             camera_streams.encoder_pids(self.encoders[r])  # each encoder's node is up
         self.wait_derp()
