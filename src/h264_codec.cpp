@@ -454,7 +454,7 @@ struct H264Encoder::Impl
   AVCodecContext* ctx = nullptr;
   AVFrame* frame = nullptr;  ///< YUV 4:2:0 input picture, reused
   AVPacket* pkt = nullptr;
-  cv::Mat yuv;  ///< I420 picture from OpenCV's colour conversion, reused (rows: h luma, h/2 chroma)
+  EncoderInput input;  ///< the frame converted by encode(data, ...), reused
   std::atomic<int> pending_kbps{ 0 };
   std::atomic<double> pending_crf{ 0.0 };  ///< 0 = none
   std::atomic<bool> keyframe_requested{ false };
@@ -633,6 +633,34 @@ bool H264Encoder::encode(const uint8_t* data, size_t size, int width, int height
   return encode(data, size, step, encoding, pts, out, error);
 }
 
+bool EncoderInput::convert(const uint8_t* data, size_t size, int w, int h, int step, const std::string& encoding,
+                           const ImageLimits& limits, std::string* error)
+{
+  if (!data)
+    return fail(error, "H264Encoder: null frame data");
+  if (w < 2 || h < 2)
+    return fail(error, "H264Encoder: a frame must be at least 2x2 pixels (got " + std::to_string(w) + "x" +
+                           std::to_string(h) + ")");
+  int bpp = 0;
+  const AVPixelFormat src_fmt = pixelFormat(encoding, &bpp);
+  if (src_fmt == AV_PIX_FMT_NONE)
+    return fail(error, "H264Encoder: unsupported encoding '" + encoding + "' (rgb8, bgr8, mono8, rgba8, bgra8)");
+  if (step < 0)
+    return fail(error, "H264Encoder: negative step " + std::to_string(step));
+  const std::string bad = checkRawLayout(static_cast<uint64_t>(w), static_cast<uint64_t>(h),
+                                         static_cast<uint64_t>(step), size, bpp, limits);
+  if (!bad.empty())
+    return fail(error, "H264Encoder: " + encoding + " frame: " + bad);
+  const int cw = w & ~1, ch = h & ~1;
+  i420.resize(static_cast<size_t>(cw) * ch * 3 / 2);
+  // a Mat over the vector: cvtColor writes into it (same size and type: no reallocation)
+  cv::Mat yuv(ch * 3 / 2, cw, CV_8UC1, i420.data());
+  toI420(data, step, src_fmt, cw, ch, &yuv);
+  width = w;
+  height = h;
+  return true;
+}
+
 bool H264Encoder::encode(const uint8_t* data, size_t size, int step, const std::string& encoding, int64_t pts,
                          Packet* out, std::string* error)
 {
@@ -641,26 +669,43 @@ bool H264Encoder::encode(const uint8_t* data, size_t size, int step, const std::
     return fail(error, "H264Encoder: encode() before a successful open()");
   if (!data || !out)
     return fail(error, "H264Encoder: null frame data or output packet");
-  int bpp = 0;
-  const AVPixelFormat src_fmt = pixelFormat(encoding, &bpp);
-  if (src_fmt == AV_PIX_FMT_NONE)
-    return fail(error, "H264Encoder: unsupported encoding '" + encoding + "' (rgb8, bgr8, mono8, rgba8, bgra8)");
-  if (step < 0)
-    return fail(error, "H264Encoder: negative step " + std::to_string(step));
-  const std::string bad = checkRawLayout(static_cast<uint64_t>(m.params.width), static_cast<uint64_t>(m.params.height),
-                                         static_cast<uint64_t>(step), size, bpp, m.params.limits);
-  if (!bad.empty())
-    return fail(error, "H264Encoder: " + encoding + " frame: " + bad);
+  if (!m.input.convert(data, size, m.params.width, m.params.height, step, encoding, m.params.limits, error))
+    return false;
+  return encodeOpen(m.input, pts, out, error);
+}
 
+bool H264Encoder::encode(const EncoderInput& input, int64_t pts, Packet* out, std::string* error)
+{
+  if (!isOpen() || input.width != impl_->params.width || input.height != impl_->params.height)
+  {
+    H264Params p = params();  // keeps the latest requested bit rate
+    p.width = input.width;
+    p.height = input.height;
+    if (!open(p, error))
+      return false;
+  }
+  return encodeOpen(input, pts, out, error);
+}
+
+bool H264Encoder::encodeOpen(const EncoderInput& input, int64_t pts, Packet* out, std::string* error)
+{
+  Impl& m = *impl_;
+  if (!out)
+    return fail(error, "H264Encoder: null output packet");
   const int w = m.ctx->width, h = m.ctx->height;
+  if ((input.width & ~1) != w || (input.height & ~1) != h ||
+      input.i420.size() != static_cast<size_t>(w) * h * 3 / 2)
+    return fail(error, "H264Encoder: the converted frame is " + std::to_string(input.width) + "x" +
+                           std::to_string(input.height) + ", the encoder codes " + std::to_string(w) + "x" +
+                           std::to_string(h));
   int ret = av_frame_make_writable(m.frame);
   if (ret < 0)
     return fail(error, "H264Encoder: " + avError(ret));
-  toI420(data, step, src_fmt, w, h, &m.yuv);
   // I420 rows: h of luma (w wide), then h/2 rows of U and h/2 of V, each w/2 wide, packed two per
   // Mat row; copied into the encoder's picture, whose rows may be padded (linesize > width)
-  const uint8_t* planes[3] = { m.yuv.data, m.yuv.data + static_cast<size_t>(w) * h,
-                               m.yuv.data + static_cast<size_t>(w) * h + static_cast<size_t>(w / 2) * (h / 2) };
+  const uint8_t* yuv = input.i420.data();
+  const uint8_t* planes[3] = { yuv, yuv + static_cast<size_t>(w) * h,
+                               yuv + static_cast<size_t>(w) * h + static_cast<size_t>(w / 2) * (h / 2) };
   const int plane_w[3] = { w, w / 2, w / 2 };
   const int plane_h[3] = { h, h / 2, h / 2 };
   for (int k = 0; k < 3; ++k)

@@ -88,6 +88,24 @@ struct Frame
   bool keyframe = false;  ///< decoded from an IDR access unit
 };
 
+/// One raw frame converted to what the encoder codes (BT.601 limited-range I420 of its even-cropped
+/// size): converted once, it can be encoded by any number of encoders of that size (the tiers of a
+/// stream share one conversion a frame). Plain data: one thread at a time.
+struct EncoderInput
+{
+  int width = 0;   ///< the raw frame's width in pixels (the coded width is width & ~1)
+  int height = 0;  ///< the raw frame's height in pixels
+  /// I420 planes of (width & ~1) x (height & ~1) pixels, packed: luma, then U, then V rows
+  std::vector<uint8_t> i420;
+
+  /// Converts a frame of width x height pixels from `size` bytes at `data` (`step` bytes per row,
+  /// `encoding` one of rgb8, bgr8, mono8, rgba8, bgra8). False with *error set when the encoding is
+  /// unsupported, or the step or size cannot hold the picture, or it exceeds `limits` (nothing is
+  /// read past data + size).
+  bool convert(const uint8_t* data, size_t size, int width, int height, int step, const std::string& encoding,
+               const ImageLimits& limits, std::string* error);
+};
+
 /// Encodes raw frames to H.264. encode()/open() from one thread; setBitrate() and
 /// requestKeyframe() may be called from any thread (they take effect at the next encode()).
 class H264Encoder
@@ -127,11 +145,16 @@ public:
   /// other settings) when the size differs from the open one.
   bool encode(const uint8_t* data, size_t size, int width, int height, int step, const std::string& encoding,
               int64_t pts, Packet* out, std::string* error);
+  /// Same, for a frame converted already (EncoderInput::convert): reopens the encoder when the
+  /// size differs from the open one, as the overload above.
+  bool encode(const EncoderInput& input, int64_t pts, Packet* out, std::string* error);
 
   /// Identity of the libavcodec context (for checking that a change did not reopen it).
   const void* codecContext() const;
 
 private:
+  /// Encodes `input` with the open encoder (its coded size must match).
+  bool encodeOpen(const EncoderInput& input, int64_t pts, Packet* out, std::string* error);
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };

@@ -44,7 +44,9 @@ ImageShaperKind jpegShaperKind(const std::string& format, ImageSettingsFn settin
 /// H.264 (kind "h264"): one Annex B access unit per message (format "h264", header copied), the
 /// encoder's bitrate set on the fly from the tier's target, a keyframe when the core asks (a new
 /// subscriber, a skip that ended, a viewer's request), frames skipped while a subscriber's
-/// connection is backed up (src/h264_shaper.cpp).
+/// connection is backed up (src/h264_shaper.cpp). The tiers of one kind share one conversion of
+/// each frame to the encoders' input (reset by on_message): make one kind per stream, used from
+/// that stream's frame thread only.
 ImageShaperKind h264ShaperKind(ImageSettingsFn settings);
 
 }  // namespace overlay_manager

@@ -152,6 +152,8 @@ public:
   {
     const std::vector<std::string> active = core_.activeTiers();
     shapers.keepOnly(active);
+    if (shapers.kind().on_message)
+      shapers.kind().on_message();
     bool checked = false;
     for (const std::string& tier : active)
     {

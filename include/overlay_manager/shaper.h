@@ -57,6 +57,10 @@ struct ShaperKind
   ShaperTraits traits;
   std::function<std::unique_ptr<Shaper<In, Out>>()> make;
   DescribeFn describe;  ///< may be empty
+  /// Called by ShapedTopic::offer once per input message, before any tier shapes it (frame thread);
+  /// may be empty. A kind whose shapers share work per message (the H.264 kind converts each frame
+  /// once for all its tiers) starts that message's shared state here; the core knows nothing of it.
+  std::function<void()> on_message;
 };
 
 }  // namespace overlay_manager

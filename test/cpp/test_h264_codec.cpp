@@ -17,6 +17,7 @@
 #include <vector>
 
 using overlay_manager::DecodeStatus;
+using overlay_manager::EncoderInput;
 using overlay_manager::FrameCounter;
 using overlay_manager::Frame;
 using overlay_manager::H264Decoder;
@@ -326,6 +327,73 @@ TEST(H264Encoder, OddSizeIsCroppedToEven)
     EXPECT_EQ(f.encoding, "rgb8");
     EXPECT_GT(cv::PSNR(asMat(f), rgb(cv::Rect(0, 0, 640, 480))), 30.0) << "the crop must keep the top-left pixels";
   }
+}
+
+TEST(H264Encoder, OneConvertedFrameFeedsSeveralEncodersAsItsRawFrameWould)
+{
+  // the tiers of a stream share one conversion a frame: two encoders at different rate factors fed
+  // from one EncoderInput must write exactly the pictures they write from the raw frames (the
+  // frame counter's stream id differs: compare the decoded pictures), through an odd size (cropped)
+  // and a size change (reopened)
+  const std::vector<cv::Mat> odd = syntheticScene(4, 641, 481), small = syntheticScene(3, 320, 240);
+  std::vector<cv::Mat> frames(odd);
+  frames.insert(frames.end(), small.begin(), small.end());
+  const double crfs[2] = { 23.0, 16.0 };
+  H264Encoder shared[2], own[2];
+  H264Decoder dec_shared[2], dec_own[2];
+  std::string err;
+  for (int k = 0; k < 2; ++k)
+  {
+    H264Params p = params640(3000);
+    p.crf = crfs[k];
+    ASSERT_TRUE(shared[k].open(p, &err)) << err;
+    ASSERT_TRUE(own[k].open(p, &err)) << err;
+  }
+  EncoderInput input;
+  for (size_t i = 0; i < frames.size(); ++i)
+  {
+    const cv::Mat& f = frames[i];
+    const size_t bytes = f.step * static_cast<size_t>(f.rows);
+    ASSERT_TRUE(input.convert(f.data, bytes, f.cols, f.rows, static_cast<int>(f.step), "bgr8", ImageLimits(), &err))
+        << err;
+    for (int k = 0; k < 2; ++k)
+    {
+      Packet a, b;
+      Frame fa, fb;
+      ASSERT_TRUE(shared[k].encode(input, static_cast<int64_t>(i), &a, &err)) << err;
+      ASSERT_TRUE(own[k].encode(f.data, bytes, f.cols, f.rows, static_cast<int>(f.step), "bgr8", static_cast<int64_t>(i),
+                                &b, &err))
+          << err;
+      EXPECT_EQ(a.keyframe, b.keyframe) << "frame " << i;
+      EXPECT_EQ(a.data.size(), b.data.size()) << "frame " << i << ", crf " << crfs[k];
+      ASSERT_TRUE(dec_shared[k].decode(a.data.data(), a.data.size(), &fa, &err)) << err;
+      ASSERT_TRUE(dec_own[k].decode(b.data.data(), b.data.size(), &fb, &err)) << err;
+      ASSERT_EQ(fa.width, f.cols & ~1);
+      ASSERT_EQ(fa.height, f.rows & ~1);
+      EXPECT_EQ(fa.data, fb.data) << "frame " << i << ", crf " << crfs[k] << ": the shared conversion changed the picture";
+    }
+  }
+  EXPECT_EQ(shared[0].codedWidth(), 320);
+}
+
+TEST(H264Encoder, AConvertedFrameThatIsNotThereOrTooSmallIsRefused)
+{
+  EncoderInput input;
+  std::string err;
+  const std::vector<uint8_t> raw(64 * 48 * 3);
+  EXPECT_FALSE(input.convert(raw.data(), raw.size() - 1, 64, 48, 64 * 3, "rgb8", ImageLimits(), &err));
+  EXPECT_NE(err.find("rgb8"), std::string::npos) << err;
+  EXPECT_FALSE(input.convert(raw.data(), raw.size(), 64, 48, 64 * 3, "yuv422", ImageLimits(), &err));
+  EXPECT_NE(err.find("yuv422"), std::string::npos) << err;
+  // an encoder opened for another size reopens for the input's; an empty input is refused
+  H264Encoder enc;
+  ASSERT_TRUE(enc.open(params640(), &err)) << err;
+  ASSERT_TRUE(input.convert(raw.data(), raw.size(), 64, 48, 64 * 3, "rgb8", ImageLimits(), &err)) << err;
+  Packet pkt;
+  ASSERT_TRUE(enc.encode(input, 0, &pkt, &err)) << err;
+  EXPECT_TRUE(pkt.keyframe);
+  EXPECT_EQ(enc.codedWidth(), 64);
+  EXPECT_FALSE(enc.encode(EncoderInput(), 1, &pkt, &err));
 }
 
 TEST(H264Encoder, AcceptsEveryRawEncodingWithPaddedRows)
