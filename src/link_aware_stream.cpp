@@ -65,6 +65,18 @@ void inheritParams(const std::map<std::string, XmlRpc::XmlRpcValue>& shared, con
     stream.deleteParam(key);
 }
 
+void startRecordingServerParams(const ros::NodeHandle& ns, const std::function<void()>& start_server)
+{
+  const std::map<std::string, XmlRpc::XmlRpcValue> before = paramsIn(ns);
+  std::set<std::string> owned, present;
+  for (const auto& kv : remembered(before))
+    owned.insert(kv.first);
+  for (const auto& kv : before)
+    present.insert(kv.first);
+  start_server();
+  remember(ns, rememberAfterStart(owned, present, paramsIn(ns)));
+}
+
 HostAliases readHostAliases(const ros::NodeHandle& pnh)
 {
   HostAliases out;
@@ -212,21 +224,17 @@ void LinkAwareStream::start()
   params.setCallbackQueue(shaped_->controlQueue());  // reconfigure requests run on the control thread
   // the server writes its values into the namespace: the ones it adds are the node's, not the
   // user's (inheritParams refreshes or removes them at the next start)
-  const std::map<std::string, XmlRpc::XmlRpcValue> before = paramsIn(params);
-  std::set<std::string> owned, present;
-  for (const auto& kv : remembered(before))
-    owned.insert(kv.first);
-  for (const auto& kv : before)
-    present.insert(kv.first);
-  try
-  {
-    reconfigure_ = startReconfigure(*this, params);
-  }
-  catch (const std::exception& e)  // a plugin must not take the driver down
-  {
-    ROS_ERROR("%s: no dynamic_reconfigure server (%s): settings are fixed until a restart", topic().c_str(), e.what());
-  }
-  remember(params, rememberAfterStart(owned, present, paramsIn(params)));
+  startRecordingServerParams(params, [this, &params] {
+    try
+    {
+      reconfigure_ = startReconfigure(*this, params);
+    }
+    catch (const std::exception& e)  // a plugin must not take the driver down
+    {
+      ROS_ERROR("%s: no dynamic_reconfigure server (%s): settings are fixed until a restart", topic().c_str(),
+                e.what());
+    }
+  });
   shaped_->start();
 }
 

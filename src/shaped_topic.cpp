@@ -146,6 +146,11 @@ void ShapedTopic::applySettings(const CoreSettings& settings)
   post([this] { publishState(); });
 }
 
+void ShapedTopic::setStatePeriod(double seconds)
+{
+  timer_.setPeriod(ros::WallDuration(seconds));
+}
+
 void ShapedTopic::setOtherTopics(const std::vector<std::string>& topics)
 {
   other_topics_ = topics;

@@ -26,12 +26,14 @@
 // idle/unknown/offline 4000; 0 = none), compression (zstd|none), zstd_level (1), lossy
 // (none|decimate|voxel), lossy_below_hz (2), max_decimation (64), voxel_m (0.05), max_backlog_ms
 // (500), adapt_to_delivery, pacing_factor (2.5), state_period (1 s), tiers (true), peers_topic, host_aliases,
-// max_message_bytes, max_points.
+// max_message_bytes, max_points. All but topics, compression, tiers, peers_topic and host_aliases are
+// live: a dynamic_reconfigure server per shaped topic (cfg/TopicShaper.cfg) in its namespace.
 //
 // Threads: the message thread (the nodelet's single-threaded queue) runs onMessage and the
 // ShapedTopic loop (shapers per tier, publish); the adapter's control thread runs the rest and the
 // hook that (un)subscribes the input (shaped_topic.h, "Threads and locks").
-#include "overlay_manager/link_aware_stream.h"  // ParamError, readHostAliases
+#include "overlay_manager/link_aware_stream.h"  // ParamError, readHostAliases, inheritance
+#include "overlay_manager/param_inheritance.h"
 #include "overlay_manager/shaped_topic.h"
 #include "overlay_manager/shaper.h"
 #include "overlay_manager/problem_log.h"
@@ -43,6 +45,9 @@
 #include <overlay_manager/ShapedType.h>
 #include <overlay_manager/CodecValue.h>
 #include <overlay_manager/StreamState.h>
+#include <overlay_manager/TopicShaperConfig.h>
+#include <dynamic_reconfigure/server.h>
+#include <boost/thread/recursive_mutex.hpp>
 #include <pluginlib/class_list_macros.hpp>
 #include <ros/ros.h>
 #include <sensor_msgs/PointCloud2.h>
@@ -55,6 +60,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <sstream>
 
 namespace overlay_manager
@@ -202,6 +208,118 @@ ShaperOptions readShaperOptions(const ros::NodeHandle& pnh)
   return o;
 }
 
+namespace
+{
+/// budget parameter suffix -> path word (the order of cfg/TopicShaper.cfg)
+const std::pair<const char*, const char*> kBudgetPaths[] = {
+  { "derp", paths::kDerp },       { "peer_relay", paths::kPeerRelay }, { "idle", paths::kIdle },
+  { "unknown", paths::kUnknown }, { "offline", paths::kOffline },      { "direct", paths::kDirect },
+  { "self", paths::kSelf },
+};
+
+/// The live settings of `o` as cfg/TopicShaper.cfg's config (what rqt_reconfigure shows).
+void toConfig(const ShaperOptions& o, TopicShaperConfig* c)
+{
+  const shaping::ShapingParams& p = o.shaping;
+  c->max_rate = p.max_rate_hz;
+  double* budgets[] = { &c->budget_kbps_derp,    &c->budget_kbps_peer_relay, &c->budget_kbps_idle,
+                        &c->budget_kbps_unknown, &c->budget_kbps_offline,    &c->budget_kbps_direct,
+                        &c->budget_kbps_self };
+  for (size_t i = 0; i < 7; ++i)
+  {
+    const auto it = p.budget_kbps.find(kBudgetPaths[i].second);
+    *budgets[i] = it == p.budget_kbps.end() ? 0.0 : it->second;
+  }
+  c->zstd_level = p.zstd_level;
+  c->lossy = shaping::lossyWord(p.lossy);
+  c->lossy_below_hz = p.lossy_below_hz;
+  c->max_decimation = static_cast<int>(p.max_decimation);
+  c->voxel_m = p.voxel_m;
+  c->max_message_bytes = static_cast<double>(o.max_message_bytes);
+  c->max_points = static_cast<double>(o.cloud_limits.max_points);
+  c->adapt_to_delivery = o.adapt_to_delivery;
+  c->max_backlog_ms = o.max_backlog_ms;
+  c->pacing_factor = o.pacing_factor;
+  c->state_period = o.state_period;
+}
+
+/// `base` with the live settings of `c`; throws ParamError naming the parameter (in `ns`) of a value
+/// readShaperOptions would refuse (the cfg's ranges hold the others: dynamic_reconfigure clamps).
+ShaperOptions fromConfig(const TopicShaperConfig& c, const ShaperOptions& base, const std::string& ns)
+{
+  ShaperOptions o = base;
+  shaping::ShapingParams& p = o.shaping;
+  if (!(c.max_rate >= 0.0))
+    throw ParamError(ns + "/max_rate: must be >= 0 Hz (0 = no cap), got " + std::to_string(c.max_rate));
+  p.max_rate_hz = c.max_rate;
+  const double budgets[] = { c.budget_kbps_derp,    c.budget_kbps_peer_relay, c.budget_kbps_idle, c.budget_kbps_unknown,
+                             c.budget_kbps_offline, c.budget_kbps_direct,     c.budget_kbps_self };
+  for (size_t i = 0; i < 7; ++i)
+  {
+    if (!(budgets[i] >= 0.0))
+      throw ParamError(ns + "/budget_kbps_" + kBudgetPaths[i].first + ": must be >= 0 kbit/s (0 = no budget), got " +
+                       std::to_string(budgets[i]));
+    if (budgets[i] > 0.0)
+      p.budget_kbps[kBudgetPaths[i].second] = budgets[i];
+    else
+      p.budget_kbps.erase(kBudgetPaths[i].second);
+  }
+  if (c.zstd_level < -7 || c.zstd_level > 19)
+    throw ParamError(ns + "/zstd_level: must be in -7..19 (1 = fast), got " + std::to_string(c.zstd_level));
+  p.zstd_level = c.zstd_level;
+  if (!shaping::parseLossy(c.lossy, &p.lossy))
+    throw ParamError(ns + "/lossy: '" + c.lossy + "' is not none, decimate or voxel (point clouds only)");
+  if (c.max_decimation < 1)
+    throw ParamError(ns + "/max_decimation: must be >= 1, got " + std::to_string(c.max_decimation));
+  p.max_decimation = static_cast<uint32_t>(c.max_decimation);
+  if (!(c.voxel_m > 0.0))
+    throw ParamError(ns + "/voxel_m: must be > 0 m, got " + std::to_string(c.voxel_m));
+  if (!(c.lossy_below_hz > 0.0))
+    throw ParamError(ns + "/lossy_below_hz: must be > 0 Hz, got " + std::to_string(c.lossy_below_hz));
+  p.voxel_m = c.voxel_m;
+  p.lossy_below_hz = c.lossy_below_hz;
+  if (!(c.max_message_bytes >= 1024.0 && c.max_message_bytes <= 4294967295.0))
+    throw ParamError(ns + "/max_message_bytes: must be in 1024..4294967295, got " + std::to_string(c.max_message_bytes));
+  o.max_message_bytes = static_cast<size_t>(c.max_message_bytes);
+  if (!(c.max_points >= 1.0))
+    throw ParamError(ns + "/max_points: must be >= 1");
+  o.cloud_limits.max_points = static_cast<uint64_t>(c.max_points);
+  if (!(c.state_period > 0.0) || !(c.max_backlog_ms > 0.0))
+    throw ParamError(ns + ": state_period (s) and max_backlog_ms (ms) must be > 0");
+  o.state_period = c.state_period;
+  o.max_backlog_ms = c.max_backlog_ms;
+  o.adapt_to_delivery = c.adapt_to_delivery;
+  if (!(c.pacing_factor == 0.0 || (c.pacing_factor >= 1.0 && c.pacing_factor <= 100.0)))
+    throw ParamError(ns + "/pacing_factor: must be 0 (no pacing) or in 1..100 (x the path's budget), got " +
+                     std::to_string(c.pacing_factor));
+  o.pacing_factor = c.pacing_factor;
+  return o;
+}
+}  // namespace
+
+/// A shaped topic's settings now, shared by the control thread (writes them: dynamic_reconfigure)
+/// and the frame thread (reads a snapshot per message; no lock held while it encodes).
+class LiveOptions
+{
+public:
+  explicit LiveOptions(const ShaperOptions& o) : now_(std::make_shared<const ShaperOptions>(o)) {}
+  std::shared_ptr<const ShaperOptions> snapshot() const
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return now_;
+  }
+  void set(const ShaperOptions& o)
+  {
+    auto next = std::make_shared<const ShaperOptions>(o);
+    std::lock_guard<std::mutex> lock(mutex_);
+    now_ = std::move(next);
+  }
+
+private:
+  mutable std::mutex mutex_;
+  std::shared_ptr<const ShaperOptions> now_;
+};
+
 /// The zstd kind of shaped topic (shaper.h): one tier's ShapedMessage from one message of any type.
 /// A tier without a budget (the full tier: self and direct paths) gets the message as it is
 /// (encoding raw: no CPU spent where the link carries it); a budgeted tier gets it zstd-compressed
@@ -210,22 +328,32 @@ ShaperOptions readShaperOptions(const ros::NodeHandle& pnh)
 class ZstdShaper : public Shaper<topic_tools::ShapeShifter, ShapedMessage>
 {
 public:
-  ZstdShaper(const ShaperOptions& options, const std::string& in_topic) : options_(options), in_topic_(in_topic)
+  ZstdShaper(std::shared_ptr<const LiveOptions> live, const std::string& in_topic)
+    : live_(std::move(live)), in_topic_(in_topic)
   {
-    policy_.setParams(options.shaping);
+    options_ = live_->snapshot();
+    policy_.setParams(options_->shaping);
   }
 
   std::string refuses(const topic_tools::ShapeShifter& in) const override
   {
-    if (in.size() > options_.max_message_bytes)
+    const size_t max_bytes = live_->snapshot()->max_message_bytes;
+    if (in.size() > max_bytes)
       return "a message of " + std::to_string(in.size()) + " bytes is over max_message_bytes (" +
-             std::to_string(options_.max_message_bytes) + "): not shaped";
+             std::to_string(max_bytes) + "): not shaped";
     return "";
   }
 
   boost::shared_ptr<ShapedMessage> shape(const topic_tools::ShapeShifter& in, const Admission& a, SentReport* report,
                                          std::string* error) override
   {
+    // this message's settings: a live change applies from the next message on
+    std::shared_ptr<const ShaperOptions> now = live_->snapshot();
+    if (now != options_)
+    {
+      options_ = std::move(now);
+      policy_.setParams(options_->shaping);
+    }
     const std::string type = in.getDataType();
     if (type != type_)
     {
@@ -236,7 +364,7 @@ public:
     const bool budgeted = !std::isinf(a.decision.budget_kbps);
     if (budgeted)
       policy_.onInput(size, cloudReducible(type));
-    if (!budgeted || !options_.shaping.compress)
+    if (!budgeted || !options_->shaping.compress)
     {
       if (!budgeted)
         policy_.setBudgetKbps(a.decision.budget_kbps, a.decision.limited_by);
@@ -274,7 +402,7 @@ public:
     out->raw_size = static_cast<uint32_t>(payload_size);
     out->original_size = size;
     out->reduction = reduction;
-    if (budgeted && options_.shaping.compress)
+    if (budgeted && options_->shaping.compress)
     {
       const uint8_t* src = payload;
       if (point_step >= 2)
@@ -284,7 +412,7 @@ public:
         src = shuffled_.data();
         out->shuffle = point_step;
       }
-      if (!zstd_.compress(src, payload_size, options_.shaping.zstd_level, &out->data, error))
+      if (!zstd_.compress(src, payload_size, options_->shaping.zstd_level, &out->data, error))
         return boost::shared_ptr<ShapedMessage>();
       out->encoding = ShapedMessage::ENCODING_ZSTD;
     }
@@ -310,7 +438,7 @@ private:
   /// Whether messages of `type` may be reduced under this topic's settings.
   bool cloudReducible(const std::string& type) const
   {
-    return type == kCloudType && options_.shaping.lossy != shaping::Lossy::kNone;
+    return type == kCloudType && options_->shaping.lossy != shaping::Lossy::kNone;
   }
 
   /// The message as it is (encoding raw), serialized straight into the outgoing message: one copy.
@@ -374,7 +502,7 @@ private:
       return false;
     }
     const shaping::CloudLayout layout = layoutOf(c);
-    const std::string bad = shaping::checkCloud(layout, c.data.size(), options_.cloud_limits);
+    const std::string bad = shaping::checkCloud(layout, c.data.size(), options_->cloud_limits);
     if (!bad.empty())
     {
       log_.report(ros::console::levels::Error, ProblemLog::kindOf(bad),
@@ -385,13 +513,13 @@ private:
     std::string error;
     if (d.voxel)
     {
-      if (!shaping::voxelFilter(layout, c.data.data(), options_.shaping.voxel_m, &out_layout, &points_, &error))
+      if (!shaping::voxelFilter(layout, c.data.data(), options_->shaping.voxel_m, &out_layout, &points_, &error))
       {
         log_.report(ros::console::levels::Error, "voxel", "cannot reduce a cloud: " + error + " (sent whole)");
         return false;
       }
       std::ostringstream w;
-      w << "voxel " << options_.shaping.voxel_m << " m";
+      w << "voxel " << options_->shaping.voxel_m << " m";
       *reduction = w.str();
     }
     else
@@ -413,7 +541,8 @@ private:
     return true;
   }
 
-  const ShaperOptions options_;
+  const std::shared_ptr<const LiveOptions> live_;
+  std::shared_ptr<const ShaperOptions> options_;  ///< the settings of the message being shaped
   const std::string in_topic_;
   ProblemLog log_{ in_topic_ };
   shaping::ShapingPolicy policy_;
@@ -430,7 +559,10 @@ class TopicShaper : public nodelet::Nodelet
 public:
   ~TopicShaper() override
   {
-    topic_.reset();  // joins the control thread before the publishers its hook uses go away
+    // the reconfigure server first: its shutdown takes its callbacks off the control queue; then the
+    // shaped topic joins the control thread before the publishers its hook uses go away
+    reconfigure_.reset();
+    topic_.reset();
   }
 
 private:
@@ -467,13 +599,15 @@ private:
     // nothing to this kind
     kind.traits.reference_chain = true;
     const std::string lossy = shaping::lossyWord(options.shaping.lossy);
-    kind.make = [options, this] {
-      return std::unique_ptr<Shaper<topic_tools::ShapeShifter, ShapedMessage>>(new ZstdShaper(options, in_topic_));
+    live_ = std::make_shared<LiveOptions>(options);
+    std::shared_ptr<const LiveOptions> live = live_;
+    kind.make = [live, this] {
+      return std::unique_ptr<Shaper<topic_tools::ShapeShifter, ShapedMessage>>(new ZstdShaper(live, in_topic_));
     };
-    kind.describe = [lossy](const TierState& t, StreamState* st) {
+    kind.describe = [live](const TierState& t, StreamState* st) {
       CodecValue v;
       v.key = "lossy_allowed";
-      v.value = lossy;
+      v.value = shaping::lossyWord(live->snapshot()->shaping.lossy);
       st->codec_state.push_back(v);
       v.key = "budgeted";
       v.value = std::isinf(t.decision.budget_kbps) ? "false" : "true";
@@ -494,9 +628,54 @@ private:
       pubs_[tier] = nh.advertise<ShapedMessage>(topic_->topicOf(tier), 1, on_connect, on_disconnect);
     }
     topic_->setControlHook([this] { updateInput(); });
+    // live settings (cfg/TopicShaper.cfg) in the namespace the parameters were read from, served on
+    // the control thread; the values the server writes there are recorded as the node's (the
+    // topic_shaper node refreshes or removes them at its next start: param_inheritance.h)
+    ros::NodeHandle params(pnh.getNamespace());
+    params.setCallbackQueue(topic_->controlQueue());
+    startRecordingServerParams(params, [this, &params] { startReconfigure(params); });
     topic_->start();
     NODELET_INFO("shaping %s -> %s%s (compression %s, lossy %s)", in_topic_.c_str(), out_topic.c_str(),
                  tiered ? " and its full tier" : "", options.shaping.compress ? "zstd" : "none", lossy.c_str());
+  }
+
+  /// Starts the dynamic_reconfigure server in `params`' namespace, seeded with the settings read at
+  /// start; its requests run on the control thread. A value readShaperOptions would refuse is
+  /// refused (logged, naming the parameter and the topic) and the settings stay as they were.
+  void startReconfigure(const ros::NodeHandle& params)
+  {
+    reconfigure_.reset(new dynamic_reconfigure::Server<TopicShaperConfig>(reconfigure_mutex_, params));
+    TopicShaperConfig now;
+    {
+      boost::recursive_mutex::scoped_lock lock(reconfigure_mutex_);
+      reconfigure_->getConfigDefault(now);
+    }
+    toConfig(*live_->snapshot(), &now);
+    reconfigure_->updateConfig(now);
+    const std::string ns = params.getNamespace();
+    auto first = std::make_shared<bool>(true);  // setCallback calls it once with the settings above
+    reconfigure_->setCallback([this, ns, first](TopicShaperConfig& c, uint32_t /*level*/) {
+      const std::shared_ptr<const ShaperOptions> old = live_->snapshot();
+      ShaperOptions next;
+      try
+      {
+        next = fromConfig(c, *old, ns);
+      }
+      catch (const ParamError& e)
+      {
+        NODELET_ERROR("%s: refused a new setting: %s; the settings stay as they were", in_topic_.c_str(), e.what());
+        toConfig(*old, &c);  // what the server shows and writes back: the settings that apply
+        return;
+      }
+      live_->set(next);
+      topic_->applySettings(
+          shaping::coreSettings(next.shaping, next.max_backlog_ms, next.adapt_to_delivery, next.pacing_factor));
+      if (next.state_period != old->state_period)
+        topic_->setStatePeriod(next.state_period);
+      if (!*first)
+        NODELET_INFO("%s: settings changed (dynamic_reconfigure)", in_topic_.c_str());
+      *first = false;
+    });
   }
 
   /// Control thread: subscribes the input while a tier has subscribers (ShapeShifter: any type,
@@ -539,6 +718,9 @@ private:
   std::string type_sent_;                                                             ///< message thread
   ros::Subscriber in_sub_;                                                            ///< control thread
   std::unique_ptr<ShapedTopic> topic_;
+  std::shared_ptr<LiveOptions> live_;  ///< the settings now (written by the reconfigure callback)
+  boost::recursive_mutex reconfigure_mutex_;
+  std::unique_ptr<dynamic_reconfigure::Server<TopicShaperConfig>> reconfigure_;  ///< control thread's requests
 };
 
 }  // namespace overlay_manager

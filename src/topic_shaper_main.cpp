@@ -8,6 +8,14 @@
 // {topic: NAME, <parameter>: value, ...} (config/shaping.example.yaml); each nodelet is named
 // <node>/<topic with '/' -> '_'> and reads the node's other private parameters, overridden by its
 // entry's. Without ~topics one nodelet runs under the node's own name (remap `in`).
+//
+// Each nodelet serves its settings with dynamic_reconfigure in its namespace, which writes them
+// there; the node remembers what it wrote (<namespace>/inherited_params, param_inheritance.h), so a
+// restart against a running master takes the node's and the entries' parameters as they are now,
+// not the values an earlier run left.
+#include "overlay_manager/link_aware_stream.h"  // inheritParams
+#include "overlay_manager/param_inheritance.h"
+
 #include <nodelet/loader.h>
 #include <ros/ros.h>
 
@@ -16,6 +24,7 @@
 #endif
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <sstream>
 
 namespace
@@ -109,6 +118,7 @@ int main(int argc, char** argv)
   }
   if (entries.empty())
   {
+    overlay_manager::inheritParams({}, pnh);  // the values an earlier run's reconfigure server left go
     if (!loader.load(ros::this_node::getName(), kClass, ros::names::getRemappings(), my_argv))
     {
       ROS_FATAL("could not load nodelet %s (see the messages above)", kClass);
@@ -132,16 +142,19 @@ int main(int argc, char** argv)
       if (c == '/')
         c = '_';
     const std::string name = ros::this_node::getName() + "/" + leaf.substr(1);
-    ros::NodeHandle child(name);
+    // the node's private parameters, overridden by the entry's, copied into the nodelet's
+    // namespace (refreshing the copies and reconfigure values an earlier run left there)
+    std::map<std::string, XmlRpc::XmlRpcValue> params;
     if (shared.getType() == XmlRpc::XmlRpcValue::TypeStruct)
       for (auto& kv : shared)
-        if (kv.first != "topics" && (kv.second.getType() != XmlRpc::XmlRpcValue::TypeStruct ||
-                                     kv.first == "host_aliases"))
-          child.setParam(kv.first, kv.second);
+        if (kv.first != "topics" && kv.first != overlay_manager::kInheritedParamsKey &&
+            (kv.second.getType() != XmlRpc::XmlRpcValue::TypeStruct || kv.first == "host_aliases"))
+          params[kv.first] = kv.second;
     if (e.params.getType() == XmlRpc::XmlRpcValue::TypeStruct)
       for (auto& kv : const_cast<XmlRpc::XmlRpcValue&>(e.params))
         if (kv.first != "topic")
-          child.setParam(kv.first, kv.second);
+          params[kv.first] = kv.second;
+    overlay_manager::inheritParams(params, ros::NodeHandle(name));
     nodelet::M_string remap = ros::names::getRemappings();
     remap[ros::this_node::getName() + "/in"] = ros::names::resolve(e.topic);
     if (!loader.load(name, kClass, remap, my_argv))

@@ -85,6 +85,12 @@ std::map<std::string, XmlRpc::XmlRpcValue> paramsIn(const ros::NodeHandle& nh);
 /// empty: only the leftovers of an earlier run go (the transports, whose streams share nothing).
 void inheritParams(const std::map<std::string, XmlRpc::XmlRpcValue>& shared, const ros::NodeHandle& stream);
 
+/// Runs `start_server`, which starts a dynamic_reconfigure server in `ns` (the server writes its
+/// values there), then records in <ns>/inherited_params the keys the node owns there: those it owned
+/// before and those the server added (param_inheritance.h), which inheritParams refreshes or removes
+/// at the next start instead of taking them for the user's.
+void startRecordingServerParams(const ros::NodeHandle& ns, const std::function<void()>& start_server);
+
 class LinkAwareStream;
 
 /// Starts `stream`'s dynamic_reconfigure server (LinkAwareJpeg or LinkAwareH264 by its format) in

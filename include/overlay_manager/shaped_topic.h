@@ -126,6 +126,8 @@ public:
 
   /// New live settings of the core (policy limits and budgets, delivery); stream_state at once.
   void applySettings(const CoreSettings& settings);
+  /// A new period of stream_state (s, > 0). Control thread (e.g. a dynamic_reconfigure callback).
+  void setStatePeriod(double seconds);
 
   /// Runs on the control thread after every subscriber change and every state period (before the
   /// decision). Set before start().
