@@ -421,6 +421,7 @@ bool ShapedTopic::readDelivery(std::map<SubKey, DeliverySample>* out, std::vecto
     tier_of_topic[topicOf(tier)] = tier;
   for (const std::string& t : other_topics_)
     tier_of_topic[t] = tier_names_.front();
+  const std::map<SubKey, double> pace = core_.pacing();
   XmlRpc::XmlRpcValue& info = result[2];
   for (int i = 0; i < info.size(); ++i)
   {
@@ -442,7 +443,12 @@ bool ShapedTopic::readDelivery(std::map<SubKey, DeliverySample>* out, std::vecto
     DeliverySample& d = (*out)[key];
     int outq = 0;
     if (ioctl(fd, SIOCOUTQNSD, &outq) == 0 && outq > 0)
-      d.unsent_bytes = std::max(d.unsent_bytes, static_cast<uint32_t>(outq));
+    {
+      // a paced connection's first kPacedAllowanceS at its pace is pacing, not backlog
+      auto p = pace.find(key);
+      const uint32_t beyond = backlogBeyondPace(static_cast<uint32_t>(outq), p == pace.end() ? 0.0 : p->second);
+      d.unsent_bytes = std::max(d.unsent_bytes, beyond);
+    }
     struct tcp_info ti = {};
     socklen_t len = sizeof(ti);
     if (getsockopt(fd, IPPROTO_TCP, TCP_INFO, &ti, &len) != 0)

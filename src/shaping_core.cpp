@@ -31,6 +31,14 @@ double pacingKbpsForPath(const std::string& path, const CoreSettings& settings)
   return settings.pacing_factor * it->second;
 }
 
+uint32_t backlogBeyondPace(uint32_t unsent_bytes, double pacing_kbps)
+{
+  if (!(pacing_kbps > 0.0) || std::isinf(pacing_kbps))
+    return unsent_bytes;
+  const double allowance = pacing_kbps * 1000.0 / 8.0 * kPacedAllowanceS;
+  return unsent_bytes > allowance ? static_cast<uint32_t>(unsent_bytes - allowance) : 0u;
+}
+
 std::string tierTopic(const std::string& topic, const std::string& tier)
 {
   if (tier.empty() || tier == tiers::kFittedTier)

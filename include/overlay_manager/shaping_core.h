@@ -89,6 +89,16 @@ constexpr double kDefaultPacingFactor = 2.5;
 /// path's budget; 0 = not paced (no budget on that path, or pacing off).
 double pacingKbpsForPath(const std::string& path, const CoreSettings& settings);
 
+/// What a paced connection holds because of its pace is not backlog: the bytes its pace releases
+/// within kPacedAllowanceS. A keyframe or a cloud just written to a paced socket waits there (it
+/// leaves at the pace instead of in a burst), where an unpaced one sat in the relay's buffer out
+/// of sight; counted as backlog it would close the skip gate of a stream that keeps up.
+constexpr double kPacedAllowanceS = 0.1;
+
+/// `unsent_bytes` of a connection paced at `pacing_kbps` (0 = not paced) less what its pace
+/// releases within kPacedAllowanceS.
+uint32_t backlogBeyondPace(uint32_t unsent_bytes, double pacing_kbps);
+
 /// One subscriber's connections as the kernel sees them at one delivery check.
 struct DeliverySample
 {

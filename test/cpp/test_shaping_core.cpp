@@ -458,3 +458,41 @@ TEST(Pacing, APathBudgetOfZeroOrNoneIsNeverPaced)
   settings.policy.budget_kbps[paths::kDerp] = 0.0;
   EXPECT_DOUBLE_EQ(overlay_manager::pacingKbpsForPath(paths::kDerp, settings), 0.0);
 }
+
+TEST(Pacing, WhatThePaceReleasesWithinAllowanceIsNoBacklog)
+{
+  using overlay_manager::backlogBeyondPace;
+  using overlay_manager::kPacedAllowanceS;
+  // 2.5 Mbit/s = 312,500 B/s: 31,250 B leave within 0.1 s
+  ASSERT_DOUBLE_EQ(kPacedAllowanceS, 0.1);
+  EXPECT_EQ(backlogBeyondPace(40000, 2500.0), 40000u - 31250u);  // a 40 KB keyframe: 8,750 B beyond
+  EXPECT_EQ(backlogBeyondPace(20000, 2500.0), 0u);
+  EXPECT_EQ(backlogBeyondPace(40000, 0.0), 40000u);  // unpaced: all of it counts
+  EXPECT_EQ(backlogBeyondPace(40000, std::numeric_limits<double>::quiet_NaN()), 40000u);
+  EXPECT_EQ(backlogBeyondPace(0, 2500.0), 0u);
+}
+
+TEST(Pacing, AKeyframeHeldByThePaceDoesNotCloseTheSkipGate)
+{
+  CoreSettings settings;
+  settings.pacing_factor = 2.5;
+  settings.policy.budget_kbps[paths::kDerp] = 1000.0;
+  // the same stream, its 40 KB keyframe read whole (unpaced) or less what the pace releases
+  for (const bool paced : { true, false })
+  {
+    ShapingCore core(h264Traits(), settings);
+    core.connected(tiers::kFittedTier, "/viewer");
+    setPaths(core, { { "/viewer", paths::kDerp } });
+    feed(core, tiers::kFittedTier, 30, 30.0, 0.0, 3000);
+    core.snapshot(0.0);
+    core.snapshot(1.0);  // 720 kbit/s sent: 40 KB are 444 ms of it, over max_backlog_ms (200)
+    const double pace = core.pacing()[SubKey{ tiers::kFittedTier, "/viewer" }];
+    ASSERT_DOUBLE_EQ(pace, 2500.0);
+    std::map<SubKey, DeliverySample> samples;
+    samples[SubKey{ tiers::kFittedTier, "/viewer" }].unsent_bytes =
+        paced ? overlay_manager::backlogBeyondPace(40000, pace) : 40000u;
+    core.observeDelivery(1.0, samples);
+    EXPECT_EQ(core.anyBackedUp(), !paced) << (paced ? "the keyframe on its way at the pace is no backlog" :
+                                                      "counted whole it is one");
+  }
+}

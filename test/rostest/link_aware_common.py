@@ -6,6 +6,7 @@ Python finds it by name.
 """
 from __future__ import annotations
 
+import threading
 from typing import Any, Callable
 
 import rospy
@@ -28,3 +29,18 @@ def peers_msg(path: str, robot: str = "robot1", laptop: str = "laptop") -> PeerL
     msg.peers = [Peer(name=laptop, dns_name=f"{laptop}.fleet.internal", addresses=["127.0.0.2"], online=True,
                       active=True, path=path)]
     return msg
+
+
+class Background:
+    """A daemon thread that runs ``loop(stopping)`` (a test's publisher) until :meth:`stop` sets
+    the event ``stopping``."""
+
+    def __init__(self, loop: Callable[[threading.Event], None]) -> None:
+        self.stopping = threading.Event()
+        self.thread = threading.Thread(target=loop, args=(self.stopping,), daemon=True)
+        self.thread.start()
+
+    def stop(self, timeout: float = 5.0) -> None:
+        """Asks the loop to end and waits for it (at most ``timeout`` s)."""
+        self.stopping.set()
+        self.thread.join(timeout)

@@ -22,7 +22,7 @@ import numpy as np
 import rospy
 import rostest
 import zstandard
-from link_aware_common import peers_msg, wait_for
+from link_aware_common import Background, peers_msg, wait_for
 from sensor_msgs.msg import CompressedImage, LaserScan, PointCloud2, PointField
 
 from overlay_manager.msg import Peer, PeerList, ShapedMessage, ShapedType, StreamState
@@ -91,22 +91,19 @@ class TopicShaper(unittest.TestCase):
         rospy.Subscriber("/evil_view", LaserScan, cls._on_evil, queue_size=10)
         cls.shaped_sizes = []  # (reduction, bytes) of what the shaper sends
         rospy.Subscriber("/points/shaped", ShapedMessage, cls._on_shaped, queue_size=1)
-        cls.stop = threading.Event()
-        cls.publisher = threading.Thread(target=cls._publish, daemon=True)
-        cls.publisher.start()
+        cls.publisher = Background(cls._publish)
 
     @classmethod
     def tearDownClass(cls):
-        cls.stop.set()
-        cls.publisher.join(5.0)
+        cls.publisher.stop()
 
     @classmethod
-    def _publish(cls):
+    def _publish(cls, stopping):
         clouds = [make_cloud(i) for i in range(4)]
         blob = CompressedImage(format="none")
         blob.data = np.random.default_rng(7).bytes(BLOB_BYTES)
         i = 0
-        while not cls.stop.is_set() and not rospy.is_shutdown():
+        while not stopping.is_set() and not rospy.is_shutdown():
             if i % 2 == 0:
                 c = clouds[(i // 2) % len(clouds)]
                 c.header.stamp = rospy.Time.now()

@@ -18,7 +18,7 @@ import dynamic_reconfigure.client
 import numpy as np
 import rospy
 import rostest
-from link_aware_common import peers_msg, wait_for
+from link_aware_common import Background, peers_msg, wait_for
 from sensor_msgs.msg import LaserScan
 
 from overlay_manager.msg import Peer, PeerList, ShapedMessage, StreamState
@@ -37,25 +37,22 @@ class TopicShaperReconfigure(unittest.TestCase):
         cls.scan_pub = rospy.Publisher("/scan", LaserScan, queue_size=1)
         rospy.Subscriber(STATE, StreamState, cls._on_state)
         rospy.Subscriber("/scan/shaped", ShapedMessage, lambda _m: None, queue_size=1)
-        cls.stop = threading.Event()
-        cls.publisher = threading.Thread(target=cls._publish, daemon=True)
-        cls.publisher.start()
+        cls.publisher = Background(cls._publish)
         cls.client = dynamic_reconfigure.client.Client(SERVER, timeout=30.0)
 
     @classmethod
     def tearDownClass(cls):
-        cls.stop.set()
-        cls.publisher.join(5.0)
+        cls.publisher.stop()
 
     @classmethod
-    def _publish(cls):
+    def _publish(cls, stopping):
         rng = np.random.default_rng(1)
         msg = LaserScan()
         msg.header.frame_id = "robot1/laser"
         msg.angle_min, msg.angle_max, msg.angle_increment = -3.14, 3.14, 6.28 / 720
         msg.range_min, msg.range_max = 0.1, 30.0
         msg.ranges = rng.uniform(0.5, 10.0, 720).astype(np.float32).tolist()
-        while not cls.stop.is_set() and not rospy.is_shutdown():
+        while not stopping.is_set() and not rospy.is_shutdown():
             msg.header.stamp = rospy.Time.now()
             cls.scan_pub.publish(msg)
             time.sleep(0.05)

@@ -1,7 +1,6 @@
 """Camera benchmark (not a test): raw vs link-aware JPEG vs H.264 across a 30 Mbit/s relayed campus link.
 
-    source "$(bash scripts/build)/devel/setup.bash"
-    sudo -E /usr/bin/python3 -m overlay_manager.lab.bench.camera [--out artifacts] [--seconds 8]
+    sudo bash scripts/bench_camera [--out artifacts] [--seconds 8]
          [--uplink-mbit 30] [--budgets 8000,4000] [--columns direct,derp,peer-relay]
 
 One lab run::
@@ -30,7 +29,7 @@ by pid; the lab run is torn down by Lab.down() whatever happens. About 5 min on 
 
 ``--tiers``: two viewers of one camera at once (the tiers of one link-aware stream)::
 
-    sudo -E /usr/bin/python3 -m overlay_manager.lab.bench.camera --tiers [--kinds h264,jpeg]
+    sudo bash scripts/bench_camera --tiers [--kinds h264,jpeg]
          [--seconds 10] [--uplink-mbit 30] [--pattern scene|synthetic]
 
     robot1 (b1, eim-adpf; uplink tbf 30 Mbit/s)  ---  backbone  ---  laptop (b2, eim-adpf): direct

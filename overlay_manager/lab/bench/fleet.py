@@ -1,10 +1,9 @@
 """Fleet camera benchmark (not a test): four robots' cameras through one relayed 30 Mbit/s uplink.
 
-    source "$(bash scripts/build)/devel/setup.bash"
-    sudo -E /usr/bin/python3 -m overlay_manager.lab.bench.fleet [--out artifacts] [--seconds 10]
+    sudo bash scripts/bench_fleet [--out artifacts] [--seconds 10]
          [--uplink-mbit 30] [--budget-kbps 6000] [--episode-mbit 5] [--episode-s 5] [--no-episode]
          [--pacing-factor F]
-    /usr/bin/python3 -m overlay_manager.lab.bench.fleet --replot artifacts/bench_fleet.json
+    bash scripts/bench_fleet --replot artifacts/bench_fleet.json
 
 The campus of campus/fleet_camera.py: alpha-robot1..4 in one building whose router drops UDP (every
 link to the laptop relayed through DERP) behind a tbf uplink, each playing the real scene
