@@ -239,7 +239,7 @@ void ShapedTopic::onDeliveryCheck(const ros::WallTimerEvent&)
     if (core_.empty() || stopping_)
       return;
     const CoreSettings settings = core_.settings();
-    if (!settings.adapt_to_delivery && !(settings.pacing_factor > 0.0) && paced_.empty())
+    if (!settings.adapt_to_delivery && !(settings.pacing_factor > 0.0) && !any_paced_)
       return;
     std::map<SubKey, DeliverySample> samples;
     std::vector<Connection> connections;
@@ -257,27 +257,23 @@ void ShapedTopic::onDeliveryCheck(const ros::WallTimerEvent&)
   }
 }
 
-/// Sets each connection's pace to what the core says for its subscriber (ShapingCore::pacing):
-/// the kernel then sends a large message at that rate instead of in one burst. Only sockets whose
-/// pace differs are touched; a connection whose subscriber has no budget is unpaced again.
+/// Sets each connection's pace to what the core says for its subscriber (Connection::pace_kbps,
+/// from ShapingCore::pacing): the kernel then sends a large message at that rate instead of in one
+/// burst. Only sockets whose pace differs are touched; a connection whose subscriber has no budget
+/// is unpaced again.
 void ShapedTopic::applyPacing(const std::vector<Connection>& connections)
 {
-  const std::map<SubKey, double> pace = core_.pacing();
-  std::map<int, unsigned int> now_paced;
+  bool any_paced = false;
   for (const Connection& c : connections)
   {
-    auto it = pace.find(c.key);
-    const double kbps = it == pace.end() ? 0.0 : it->second;
     // bytes per second; ~0U = no limit (the kernel's "unpaced")
-    const unsigned int rate = kbps > 0.0 ? static_cast<unsigned int>(std::min(kbps * 125.0, 4.0e9)) : ~0U;
+    const unsigned int rate =
+        c.pace_kbps > 0.0 ? static_cast<unsigned int>(std::min(c.pace_kbps * 125.0, 4.0e9)) : ~0U;
+    any_paced = any_paced || rate != ~0U;
     unsigned int current = ~0U;
     socklen_t len = sizeof(current);
     if (getsockopt(c.fd, SOL_SOCKET, SO_MAX_PACING_RATE, &current, &len) == 0 && current == rate)
-    {
-      if (rate != ~0U)
-        now_paced[c.fd] = rate;
       continue;
-    }
     if (setsockopt(c.fd, SOL_SOCKET, SO_MAX_PACING_RATE, &rate, sizeof(rate)) != 0)
     {
       if (!warned_pacing_)
@@ -286,12 +282,10 @@ void ShapedTopic::applyPacing(const std::vector<Connection>& connections)
       warned_pacing_ = true;
       continue;
     }
-    if (rate != ~0U)
-      now_paced[c.fd] = rate;
     ROS_DEBUG("%s: connection to %s (%s tier) paced at %s", topic_.c_str(), c.key.node.c_str(), c.key.tier.c_str(),
-              rate == ~0U ? "no limit" : (std::to_string(kbps) + " kbit/s").c_str());
+              rate == ~0U ? "no limit" : (std::to_string(c.pace_kbps) + " kbit/s").c_str());
   }
-  paced_ = now_paced;
+  any_paced_ = any_paced;
 }
 
 /// While a skip gate holds: re-reads the backlogs every kRecheckS so encoding resumes as soon as
@@ -438,15 +432,16 @@ bool ShapedTopic::readDelivery(std::map<SubKey, DeliverySample>* out, std::vecto
     if (fd < 0 || peerPortOfSocket(fd) != peerPortOfTransportInfo(transport_info))
       continue;
     const SubKey key{ tier->second, static_cast<std::string>(c[1]) };
+    auto p = pace.find(key);
+    const double pace_kbps = p == pace.end() ? 0.0 : p->second;
     if (connections)
-      connections->push_back(Connection{ fd, key });
+      connections->push_back(Connection{ fd, key, pace_kbps });
     DeliverySample& d = (*out)[key];
     int outq = 0;
     if (ioctl(fd, SIOCOUTQNSD, &outq) == 0 && outq > 0)
     {
       // a paced connection's first kPacedAllowanceS at its pace is pacing, not backlog
-      auto p = pace.find(key);
-      const uint32_t beyond = backlogBeyondPace(static_cast<uint32_t>(outq), p == pace.end() ? 0.0 : p->second);
+      const uint32_t beyond = backlogBeyondPace(static_cast<uint32_t>(outq), pace_kbps);
       d.unsent_bytes = std::max(d.unsent_bytes, beyond);
     }
     struct tcp_info ti = {};

@@ -203,6 +203,7 @@ private:
   {
     int fd;
     SubKey key;
+    double pace_kbps;  ///< its subscriber's pace (ShapingCore::pacing); 0 = not paced
   };
   bool readDelivery(std::map<SubKey, DeliverySample>* out, std::vector<Connection>* connections = nullptr);
   void applyPacing(const std::vector<Connection>& connections);
@@ -231,7 +232,7 @@ private:
   ros::WallTime next_discovery_, peers_subscribed_at_;
   bool warned_no_overlay_ = false, warned_silent_peers_ = false, warned_pacing_ = false;
   std::vector<std::string> other_topics_;
-  std::map<int, unsigned int> paced_;  ///< sockets paced at the last check -> bytes/s
+  bool any_paced_ = false;  ///< a connection was paced at the last check (to unpace it when pacing goes off)
 
   std::atomic<bool> input_subscribed_{ false };
   std::atomic<bool> stopping_{ false };
