@@ -38,15 +38,17 @@ by pid; the lab run is torn down by Lab.down() whatever happens. About 5 min on 
 
 The laptop's path to robot1 is direct (hole punched), laptop2's is relayed through DERP (b3's
 router drops UDP); both cross b1's 30 Mbit/s uplink. Per stream kind (H.264 first, then JPEG),
-two runs with the same viewers and scene, one after the other, each on a fresh republisher:
+three runs with the same scene, one after the other, each on a fresh republisher:
 ``tiers`` (the default: the laptop reads the full tier ``<stream>/full``, laptop2 the fitted tier
-``<stream>``, which is where the stream's directory sends each path) and ``one stream``
-(``tiers: false``: both read ``<stream>``, one stream fitted to the relayed viewer). Each viewer is
+``<stream>``, which is where the stream's directory sends each path), ``one stream``
+(``tiers: false``: both read ``<stream>``, one stream fitted to the relayed viewer) and ``full
+alone`` (the laptop alone on ``<stream>/full``: one full-quality stream). Each viewer is
 ``probe quality`` on its machine (it decodes every message and computes PSNR against the source
 frame); per viewer: delivered rate, bitrate received, PSNR mean / p5, latency. Encoder CPU = the
-republisher's utime + stime over the window in which both viewers received (% of one core); the
-ratio tiers / one stream is the cost of the second tier. Writes out/bench_camera_tiers.json and
-bench_camera_tiers.md. About 4 min on 2 cores.
+republisher's utime + stime over the window in which its viewers received (% of one core); the
+ratio tiers / one stream is the goal's (``cpu_ratio``), tiers / full alone is reported beside it
+(``cpu_ratio_full``: the fitted tier added to one full-quality stream). Writes
+out/bench_camera_tiers.json and bench_camera_tiers.md. About 5 min on 2 cores.
 """
 from __future__ import annotations
 
@@ -283,10 +285,16 @@ def _cpu_in_window(samples: Sequence[Any], t0: float, t1: float) -> Optional[flo
     return round(100.0 * (inside[-1][1] - inside[0][1]) / (inside[-1][0] - inside[0][0]), 1)
 
 
-def tier_run(bench: CameraBench, kind: str, tiered: bool, seconds: float) -> Dict[str, Any]:
-    """Both viewers at once on the ``kind`` stream of a fresh republisher (``tiers`` on or off):
-    per viewer its probe's row and Mbit/s; the encoder's CPU over the window both received in; the
-    tiers' stream_state at the end."""
+TIER_MODES = ("tiers", "one stream", "full alone")
+"""The runs per kind: both viewers with tiers, both on one stream (``tiers: false``), and the direct
+viewer alone on the full tier (the cost of one full-quality stream)."""
+
+
+def tier_run(bench: CameraBench, kind: str, tiered: bool, seconds: float,
+             roles: Sequence[str] = tuple(TIER_VIEWERS)) -> Dict[str, Any]:
+    """The viewers of ``roles`` (both by default) at once on the ``kind`` stream of a fresh
+    republisher (``tiers`` on or off): per viewer its probe's row and Mbit/s; the encoder's CPU over
+    the window all of them received in; the tiers' stream_state at the end."""
     # tiers given either way and in each stream's own namespace: the parameter server keeps what an
     # earlier republisher loaded, and the republisher copies shared keys into the streams' namespaces
     bench.start_encoder(6000.0, {"tiers": tiered, "link_aware": {"tiers": tiered},
@@ -294,7 +302,8 @@ def tier_run(bench: CameraBench, kind: str, tiered: bool, seconds: float) -> Dic
     if kind not in bench.streams:
         raise LabError(f"the republisher does not publish a {kind} stream ({bench.streams})")
     base = bench.streams[kind]
-    topics = {"direct": base + "/full" if tiered else base, "relayed": base}
+    topics = {role: t for role, t in (("direct", base + "/full" if tiered else base), ("relayed", base))
+              if role in roles}
     out: Dict[str, Any] = {}
 
     def view(role: str) -> None:
@@ -312,7 +321,7 @@ def tier_run(bench: CameraBench, kind: str, tiered: bool, seconds: float) -> Dic
         except LabError as exc:
             say(f"no stream_state for {topic}: {exc}")
 
-    threads = [threading.Thread(target=view, args=(role,)) for role in TIER_VIEWERS]
+    threads = [threading.Thread(target=view, args=(role,)) for role in topics]
     threads += [threading.Thread(target=states, args=(topic,)) for topic in sorted(set(topics.values()))]
     for t in threads:
         t.start()
@@ -324,7 +333,7 @@ def tier_run(bench: CameraBench, kind: str, tiered: bool, seconds: float) -> Dic
         t.join()
     res: Dict[str, Any] = {"tiers": tiered, "topics": topics}
     windows = []
-    for role in TIER_VIEWERS:
+    for role in topics:
         if role + "_error" in out:
             res[role] = {"error": out[role + "_error"]}
             continue
@@ -334,7 +343,7 @@ def tier_run(bench: CameraBench, kind: str, tiered: bool, seconds: float) -> Dic
         row["mbit"] = round((q.get("bytes_per_s") or 0.0) * 8 / 1e6, 3)
         res[role] = row
         windows.append((out[role]["t_start"], out[role]["t_end"]))
-    if len(windows) == 2:
+    if windows and len(windows) == len(topics):
         t0, t1 = max(w[0] for w in windows), min(w[1] for w in windows)
         res["both_s"] = round(t1 - t0, 1)
         res["encoder_cpu_pct"] = _cpu_in_window(sampler.samples, t0, t1)
@@ -352,8 +361,12 @@ def tier_run(bench: CameraBench, kind: str, tiered: bool, seconds: float) -> Dic
     return res
 
 
-def tier_goals(res: Dict[str, Any], one: Optional[Dict[str, Any]]) -> Dict[str, Any]:
-    """Each goal of TIER_GOALS: the measured value and whether it is met (None: not measured)."""
+def tier_goals(res: Dict[str, Any], one: Optional[Dict[str, Any]],
+               full: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
+    """Each goal of TIER_GOALS: the measured value and whether it is met (None: not measured).
+    ``one``: the one-stream run (both viewers on one stream fitted to the relayed one), the goal's
+    ratio; ``full``: the direct viewer alone on the full tier, a second ratio reported beside it
+    (``cpu_ratio_full``: the cost of the fitted tier added to one full-quality stream)."""
     out: Dict[str, Any] = {}
     for role in ("direct", "relayed"):
         row = res.get(role) or {}
@@ -365,6 +378,11 @@ def tier_goals(res: Dict[str, Any], one: Optional[Dict[str, Any]]) -> Dict[str, 
     ratio = round(a / b, 2) if a and b else None
     out["cpu_ratio"] = {"value": ratio, "goal": TIER_GOALS["cpu_ratio"],
                         "met": None if ratio is None else ratio <= TIER_GOALS["cpu_ratio"]}
+    if full is not None:
+        c = full.get("encoder_cpu_pct")
+        ratio = round(a / c, 2) if a and c else None
+        out["cpu_ratio_full"] = {"value": ratio, "goal": TIER_GOALS["cpu_ratio"],
+                                 "met": None if ratio is None else ratio <= TIER_GOALS["cpu_ratio"]}
     return out
 
 
@@ -384,13 +402,15 @@ def run_tiers(out_dir: Path, seconds: float, uplink_mbit: float, kinds: Sequence
         _wait_tier_paths(lab)
         for kind in kinds:
             try:
-                for tiered in (True, False):
-                    key = f"{kind} {'tiers' if tiered else 'one stream'}"
-                    say(f"{key}: both viewers at once")
-                    results[key] = tier_run(bench, kind, tiered, seconds)
+                for mode in TIER_MODES:
+                    key = f"{kind} {mode}"
+                    roles = ("direct",) if mode == "full alone" else tuple(TIER_VIEWERS)
+                    say(f"{key}: " + ("both viewers at once" if len(roles) == 2 else "the direct viewer alone"))
+                    results[key] = tier_run(bench, kind, mode != "one stream", seconds, roles)
                     say(f"{key}: {json.dumps(results[key])}")
                 results[kind + " tiers"]["goals"] = tier_goals(results[kind + " tiers"],
-                                                               results.get(kind + " one stream"))
+                                                               results.get(kind + " one stream"),
+                                                               results.get(kind + " full alone"))
             except LabError as exc:  # keep the other kind; the report names what failed
                 errors.append(f"{kind}: {exc}")
                 say(f"{kind}: failed: {exc}")
@@ -415,10 +435,13 @@ def render_tiers_markdown(data: Dict[str, Any]) -> str:
              f"at once for {m['seconds']:g} s, {m['cores']} cores, load average {m['load_start']} at the start, "
              f"{m['load_end']} at the end.", "",
              "| stream | mode | viewer (path) | topic read | rate Hz | PSNR (YUV 4:2:0) mean / p5 dB | Mbit/s "
-             "| latency p50 / p99 ms | encoder CPU % (both receiving) |", "|---|---|---|---|---|---|---|---|---|"]
+             "| latency p50 / p99 ms | encoder CPU % (its viewers receiving) |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for key, res in data["results"].items():
         kind, _, mode = key.partition(" ")
         for role in ("direct", "relayed"):
+            if role not in res["topics"]:
+                continue
             r = res.get(role) or {}
             if "error" in r:
                 lines.append(f"| {kind} | {mode} | {role} | {res['topics'][role]} | not measured: {r['error']} "

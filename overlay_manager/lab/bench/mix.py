@@ -1,7 +1,8 @@
 """A robot's sensor mix through one relayed 30 Mbit/s uplink (benchmark, not a test).
 
     bash scripts/bench_mix [--out artifacts] [--seconds 20] [--modes shaped,throttle,raw]
-                           [--uplink-mbit 30] [--scene real|synthetic] [--no-direct]
+                           [--uplink-mbit 30] [--scene real|synthetic] [--viewers relayed,direct]
+                           [--no-direct] [--pacing-factor F]
     bash scripts/bench_mix --replot artifacts/bench_mix.json [--out DIR]
 
 The campus of campus/robot_mix.py: alpha-robot1 (UDP blocked at its router, uplink tbf 30
@@ -12,7 +13,9 @@ from a real stereo scene (probe/mix_data.py), and echoes Twist; ops-laptop in an
 ops-laptop runs a 50 Hz Twist round trip. One mode after the other (modes of campus/robot_mix.py: raw,
 throttle = topic_tools throttle set by hand, shaped = the robot's topic shaper, the relayed
 laptop taking ``<topic>/shaped``);
-the direct laptop takes the raw topics in every mode.
+the direct laptop takes the raw topics in every mode. ``--viewers`` picks who views (``relayed``
+alone is ``--no-direct``; ``direct`` alone keeps the Twist round trip from the relayed laptop), so
+each path's goals can also be measured without the other viewer's load on the same cores.
 
 Per mode and viewer, per topic (probe/mix_nodes.py ``ages``): rate, message latency p50/p99
 (the age a message has when it arrives), the age of the newest message p50/p99 (sampled 20 times
@@ -97,9 +100,9 @@ def goal_check(mode_res: Dict[str, Any], published: Dict[str, Any]) -> Dict[str,
 
 
 def run(out_dir: Path, seconds: float, modes: Sequence[str], uplink_mbit: float, scene: str, direct: bool,
-        run_id: Optional[str] = None, pacing_factor: Optional[float] = None) -> Dict[str, Any]:
+        run_id: Optional[str] = None, pacing_factor: Optional[float] = None, relayed: bool = True) -> Dict[str, Any]:
     """The whole benchmark; returns the JSON data (also written to out_dir). ``pacing_factor``: the
-    shaper's and the camera's (None = their default)."""
+    shaper's and the camera's (None = their default); ``direct`` / ``relayed``: which viewers view."""
     t_run = time.monotonic()
     load_start = load_average()
     lab = Lab(SPEC, run_id=run_id)
@@ -113,13 +116,14 @@ def run(out_dir: Path, seconds: float, modes: Sequence[str], uplink_mbit: float,
         setup["capacity"] = mix.capacity()
         say(f"TCP robot -> laptop before the mix flows (iperf3 -R, 5 s): {setup['capacity']}")
         for mode in modes:
-            say(f"{mode}: relayed viewer on {RELAYED}, " + (f"direct viewer on {DIRECT}, " if direct else "")
-                + f"Twist 50 Hz, {seconds:g} s")
+            say(f"{mode}: " + (f"relayed viewer on {RELAYED}, " if relayed else "")
+                + (f"direct viewer on {DIRECT}, " if direct else "") + f"Twist 50 Hz, {seconds:g} s")
             try:
-                res = mix.measure(mode, seconds, direct=direct)
+                res = mix.measure(mode, seconds, direct=direct, relayed=relayed)
                 res["load"] = load_average()
                 results[mode] = res
-                say(f"  {mode}: relayed {goal_rows(res.get('relayed') or {}, NAMES)}")
+                if relayed:
+                    say(f"  {mode}: relayed {goal_rows(res.get('relayed') or {}, NAMES)}")
                 if direct:
                     say(f"  {mode}: direct {goal_rows(res.get('direct') or {}, NAMES)}")
                 say(f"  {mode}: Twist {res.get('control')}; goals {goal_check(res, mix.published)}")
@@ -136,7 +140,7 @@ def run(out_dir: Path, seconds: float, modes: Sequence[str], uplink_mbit: float,
                      "nominal_hz": NOMINAL_HZ, "throttle_hz": THROTTLE_HZ,
                      "shaper_params": dict(SHAPER_PARAMS, **({} if pacing_factor is None else
                                                              {"pacing_factor": pacing_factor})),
-                     "robot": ROBOT, "relayed": RELAYED,
+                     "robot": ROBOT, "relayed": RELAYED, "relayed_viewer": relayed,
                      "direct": DIRECT if direct else None, "modes": [m for m in modes if m in results],
                      "goals": GOALS, "setup": setup, "run_seconds": round(time.monotonic() - t_run),
                      "errors": errors},
@@ -161,8 +165,10 @@ def render_markdown(data: Dict[str, Any]) -> str:
     lines = [f"Robot mix benchmark {m['date']}: {m['robot']} publishes the camera ({m.get('camera_stream')}), "
              f"points {m['nominal_hz']['points']:g} Hz ({_f(sizes.get('points'))} B), scan "
              f"{m['nominal_hz']['scan']:g} Hz ({_f(sizes.get('scan'))} B), map {m['nominal_hz']['map']:g} Hz "
-             f"({_f(sizes.get('map'))} B) from {pub.get('source', m['scene'])}; {m['relayed']} relayed through DERP "
-             f"over one {m['uplink_mbit']:g} Mbit/s uplink (tbf), "
+             f"({_f(sizes.get('map'))} B) from {pub.get('source', m['scene'])}; "
+             + (f"{m['relayed']} relayed through DERP" if m.get("relayed_viewer", True)
+                else f"no relayed viewer ({m['relayed']} relayed through DERP sends the Twist)")
+             + f" over one {m['uplink_mbit']:g} Mbit/s uplink (tbf), "
              + (f"{m['direct']} direct on the robot's LAN" if m.get("direct") else "no direct viewer") + "; "
              f"Twist 50 Hz from {m['relayed']}; {m['seconds_per_mode']:g} s per mode; "
              f"{m['cores']} cores, load average {m['load_start']} at the start, {m['load_end']} at the end "
@@ -276,6 +282,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     ap.add_argument("--modes", default=",".join(MODES), help=f"comma-separated, of {', '.join(MODES)}")
     ap.add_argument("--uplink-mbit", type=float, default=UPLINK_MBIT)
     ap.add_argument("--scene", choices=["real", "synthetic"], default="real")
+    ap.add_argument("--viewers", default="relayed,direct",
+                    help="comma-separated, of relayed, direct: who views (default both at once)")
     ap.add_argument("--no-direct", action="store_true", help="no direct viewer (the relayed one alone)")
     ap.add_argument("--pacing-factor", type=float, default=None,
                     help="the shaper's and the camera's pacing_factor (default: theirs, 2.5; 0 = no pacing)")
@@ -290,11 +298,21 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if bad:
         print(f"bench_mix: --modes {a.modes}: unknown {', '.join(bad)} (one of {', '.join(MODES)})", file=sys.stderr)
         return 2
+    viewers = {x.strip() for x in a.viewers.split(",") if x.strip()}
+    if not viewers or viewers - {"relayed", "direct"}:
+        print(f"bench_mix: --viewers {a.viewers}: give relayed, direct or both", file=sys.stderr)
+        return 2
+    if a.no_direct:
+        viewers.discard("direct")
+        if not viewers:
+            print("bench_mix: --no-direct with --viewers direct leaves no viewer", file=sys.stderr)
+            return 2
     if os.geteuid() != 0:
         print("bench_mix: needs root (network namespaces)", file=sys.stderr)
         return 2
     try:
-        data = run(out, a.seconds, modes, a.uplink_mbit, a.scene, not a.no_direct, a.run_id, a.pacing_factor)
+        data = run(out, a.seconds, modes, a.uplink_mbit, a.scene, "direct" in viewers, a.run_id, a.pacing_factor,
+                   relayed="relayed" in viewers)
     except LabError as exc:
         print(f"bench_mix: error: {exc}", file=sys.stderr)
         return 1

@@ -274,11 +274,12 @@ class RobotMix:
         return {"topics": {name: by_topic[t] for name, t in topics.items()}, "t_start": data["t_start"],
                 "t_end": data["t_end"], "missing": [n for n, t in topics.items() if t in data["missing"]]}
 
-    def measure(self, mode: str, seconds: float, direct: bool = True, control: bool = True) -> Dict[str, Any]:
-        """One mode for ``seconds``: the relayed laptop's viewer of :meth:`relayed_topics`, the
-        direct laptop's of the raw mix (unless ``direct`` is False) and a 50 Hz Twist round trip
-        from the relayed laptop at the same time. Returns {"relayed": ages, "direct": ages,
-        "control": rtt, "topics": name -> topic}."""
+    def measure(self, mode: str, seconds: float, direct: bool = True, control: bool = True,
+                relayed: bool = True) -> Dict[str, Any]:
+        """One mode for ``seconds``: the relayed laptop's viewer of :meth:`relayed_topics` (unless
+        ``relayed`` is False), the direct laptop's of the raw mix (unless ``direct`` is False) and a
+        50 Hz Twist round trip from the relayed laptop at the same time. Returns {"relayed": ages,
+        "direct": ages, "control": rtt, "topics": name -> topic}."""
         topics = self.relayed_topics(mode)
         out: Dict[str, Any] = {"topics": topics}
 
@@ -289,7 +290,9 @@ class RobotMix:
                 out[key] = {"error": str(exc)[:500]}
 
         n = ns()
-        jobs = [threading.Thread(target=run, args=("relayed", lambda: self.ages(RELAYED, topics, seconds)))]
+        jobs = []
+        if relayed:
+            jobs.append(threading.Thread(target=run, args=("relayed", lambda: self.ages(RELAYED, topics, seconds))))
         if direct:
             jobs.append(threading.Thread(target=run, args=("direct", lambda: self.ages(DIRECT, self.direct_topics(),
                                                                                       seconds))))

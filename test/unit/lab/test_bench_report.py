@@ -81,6 +81,11 @@ def test_tier_goals_and_cpu_window():
     assert goals["relayed mbit"]["met"] is False  # at most 2 Mbit/s
     assert goals["cpu_ratio"] == {"value": 1.76, "goal": 1.6, "met": False}
     assert bench_camera.tier_goals({"direct": {}}, None)["cpu_ratio"]["met"] is None
+    assert "cpu_ratio_full" not in goals
+    # beside it, against the direct viewer alone on the full tier
+    goals = bench_camera.tier_goals(tiers, {"encoder_cpu_pct": 11.3}, {"encoder_cpu_pct": 13.0})
+    assert goals["cpu_ratio_full"] == {"value": 1.53, "goal": 1.6, "met": True}
+    assert goals["cpu_ratio"]["met"] is False
     # CPU over the window both viewers received in: 0.2 CPU s in the 2 s between t=1 and t=3
     samples = [(0.0, 5.0), (1.0, 5.5), (2.0, 5.6), (3.0, 5.7), (4.0, 9.0)]
     assert bench_camera._cpu_in_window(samples, 1.0, 3.0) == pytest.approx(10.0)
@@ -189,3 +194,15 @@ def test_fleet_markdown_and_goals():
     assert "| raw rgb8 | alpha-robot1 | 3.0 | lossless / lossless | 20 / 900 | 22.00 | 40.0 / 400.0 | - |" in md
     assert "| link-aware H.264 | alpha-robot2 | 29.5 | 37.5 / 36.5 | 20 / 70 | 2.40 | 5.0 / 30.0 | 6.0 |" in md
     assert any(line.startswith("Goals for link-aware H.264") and "psnr_mean NOT met" in line for line in md)
+
+
+def test_tier_markdown_full_alone_has_only_the_direct_row():
+    data = json.loads((REPO_ROOT / "docs" / "bench_camera_tiers.json").read_text())
+    full = {"tiers": True, "topics": {"direct": "/camera/image_raw/link_aware_h264/full"},
+            "direct": {"rate_hz": 29.9, "psnr_mean": 45.4, "psnr_p5": 45.0, "mbit": 3.7,
+                       "latency_p50_ms": 9.0, "latency_p99_ms": 30.0}, "encoder_cpu_pct": 13.4}
+    data["results"]["h264 full alone"] = full
+    md = bench_camera.render_tiers_markdown(data)
+    rows = [line for line in md.splitlines() if line.startswith("| H.264 | full alone |")]
+    assert rows == ["| H.264 | full alone | laptop (direct) | `/camera/image_raw/link_aware_h264/full` | 29.9 | "
+                    "45.4 / 45.0 | 3.70 | 9 / 30 | 13.4 |"]
