@@ -12,6 +12,9 @@ probes and the system tests, so a "p99" means the same number everywhere:
   ``span_rate_hz`` = (n - 1) / (last - first arrival), which does not depend on where the window
   edges fall; ``max_gap_s`` = the longest time between two consecutive arrivals.
 * **Latency** ``latency_stats(ms)``: p50, p99 and max of latencies in milliseconds.
+* **Round trips in a window** ``window_stats(samples, t0, t1)``: the latency statistics of the
+  messages sent between t0 and t1 out of [send time, round trip ms or None] samples, with how
+  many were sent and answered and the share of the window the samples span.
 * **Summary** ``summary(values)``: n, mean, min, median, max.
 
 Pure Python (no numpy): the probes run inside lab hosts with only the ROS Python.
@@ -52,6 +55,20 @@ def latency_stats(lat_ms: Sequence[float], name: str = "latency") -> Dict[str, O
     (None when there are none)."""
     return {f"{name}_p50_ms": percentile(lat_ms, 50), f"{name}_p99_ms": percentile(lat_ms, 99),
             f"{name}_max_ms": max(lat_ms) if lat_ms else None}
+
+
+def window_stats(samples: Sequence[Sequence[Any]], t0: float, t1: float) -> Dict[str, Any]:
+    """The round trips of the messages sent between t0 and t1 (s, the samples' clock) out of
+    ``samples`` = [send time s, round trip ms or None when no answer came], e.g. a Twist round
+    trip taken over the window in which a viewer measured its streams: ``sent``, ``received``,
+    ``rtt_p50_ms``/``rtt_p99_ms``/``rtt_max_ms`` and ``covered``, the share of [t0, t1] the
+    samples inside span (below 1 when the samples start after t0 or end before t1)."""
+    inside = [(t, rtt) for t, rtt in samples if t0 <= t <= t1]
+    rtts = [rtt for _t, rtt in inside if rtt is not None]
+    covered = 0.0
+    if len(inside) > 1 and t1 > t0:
+        covered = round(min(1.0, (inside[-1][0] - inside[0][0]) / (t1 - t0)), 3)
+    return {"sent": len(inside), "received": len(rtts), **latency_stats(rtts, "rtt"), "covered": covered}
 
 
 def summary(values: Sequence[float]) -> Dict[str, float]:

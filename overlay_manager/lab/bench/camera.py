@@ -461,7 +461,7 @@ def render_tiers_markdown(data: Dict[str, Any]) -> str:
         for name, g in goals.items():
             verdict = {True: "met", False: "missed", None: "not measured"}[g["met"]]
             value = round(g["value"], 2) if isinstance(g["value"], float) else g["value"]
-            parts.append(f"{name} {value} (goal {'<=' if name.endswith(('mbit', 'ratio')) else '>='} "
+            parts.append(f"{name} {value} (goal {'<=' if name.endswith('mbit') or 'ratio' in name else '>='} "
                          f"{g['goal']:g}): {verdict}")
         lines.append(f"\nGoals, {key}: " + "; ".join(parts) + ".")
     for err in m.get("errors") or []:

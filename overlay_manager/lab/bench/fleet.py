@@ -2,14 +2,15 @@
 
     sudo bash scripts/bench_fleet [--out artifacts] [--seconds 10]
          [--uplink-mbit 30] [--budget-kbps 6000] [--episode-mbit 5] [--episode-s 5] [--no-episode]
-         [--pacing-factor F]
+         [--pacing-factor F] [--no-guard]
     bash scripts/bench_fleet --replot artifacts/bench_fleet.json
 
 The campus of campus/fleet_camera.py: alpha-robot1..4 in one building whose router drops UDP (every
 link to the laptop relayed through DERP) behind a tbf uplink, each playing the real scene
 (640x480 rgb8 30 Hz) into its own link-aware encoder and echoing Twist; ops-laptop in another
 building watches all four streams in one viewer (probe quality) while a 50 Hz Twist round trip
-runs to each robot. The same run measures, one kind after the other (the others unsubscribed):
+runs to each robot (taken over the viewer's window: campus/fleet_camera.py). The same run
+measures, one kind after the other (the others unsubscribed):
 raw rgb8, the link-aware JPEG stream and, where the encoder publishes it, link-aware H.264.
 Per stream: delivered rate, PSNR against the source frame (mean, p5, min), latency p50/p99
 (receive time - header.stamp), bitrate (payload bytes received); per robot: Twist RTT p50/p99
@@ -99,12 +100,14 @@ def episode_check(frames: Sequence[Sequence[Any]], t_congest: float, t_restore: 
 
 def run(out_dir: Path, seconds: float, uplink_mbit: float, budget_kbps: float, episode_mbit: Optional[float],
         run_id: Optional[str] = None, episode_s: float = EPISODE_S,
-        pacing_factor: Optional[float] = None) -> Dict[str, Any]:
+        pacing_factor: Optional[float] = None, guard: bool = True) -> Dict[str, Any]:
     """The whole benchmark; returns the JSON data (also written to out_dir). ``pacing_factor``: the
-    encoders' (None = their default, 2.5)."""
+    encoders' (None = their default, 2.5); ``guard`` False: every node without its path guard and
+    home check (``node.guard_interval: 0``, ``node.home_check_interval: 0``)."""
     t_run = time.monotonic()
     load_start = load_average()
-    lab = Lab(SPEC, run_id=run_id)
+    lab = Lab(SPEC, run_id=run_id,
+              robot_overrides=None if guard else {"node": {"guard_interval": 0, "home_check_interval": 0}})
     fc = FleetCamera(lab, say=say)
     results: Dict[str, Any] = {}
     errors: List[str] = []
@@ -162,7 +165,7 @@ def run(out_dir: Path, seconds: float, uplink_mbit: float, budget_kbps: float, e
         lab.down()
     data = {"meta": {"date": time.strftime("%Y-%m-%d %H:%M"), "seconds_per_kind": seconds,
                      "uplink_mbit": uplink_mbit, "budget_kbps": budget_kbps, "pacing_factor": pacing_factor,
-                     "cores": os.cpu_count(),
+                     "guard": guard, "cores": os.cpu_count(),
                      "load_start": load_start, "load_end": load_average(),
                      "image": "vtest.avi scaled to 640x480 rgb8, 30 Hz, looping", "control_hz": 50,
                      "robots": list(ROBOTS), "viewer": LAPTOP, "kinds": kinds, "goals": GOALS,
@@ -334,6 +337,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     ap.add_argument("--no-episode", action="store_true")
     ap.add_argument("--pacing-factor", type=float, default=None,
                     help="the encoders' pacing_factor (default: theirs, 2.5; 0 = no pacing)")
+    ap.add_argument("--no-guard", action="store_true",
+                    help="every node without its path guard and home check (node.guard_interval and "
+                         "node.home_check_interval 0): what they cost the streams")
     ap.add_argument("--run-id", default=None)
     ap.add_argument("--replot", metavar="JSON", help="only re-render the table and plots from a bench_fleet.json")
     a = ap.parse_args(argv)
@@ -345,7 +351,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return 2
     try:
         data = run(out, a.seconds, a.uplink_mbit, a.budget_kbps, None if a.no_episode else a.episode_mbit, a.run_id,
-                   a.episode_s, a.pacing_factor)
+                   a.episode_s, a.pacing_factor, guard=not a.no_guard)
     except LabError as exc:
         print(f"bench_fleet: error: {exc}", file=sys.stderr)
         return 1

@@ -26,6 +26,7 @@ import time
 from typing import Any, Dict, List, Optional
 
 from overlay_manager.core.ros_names import overlay_node, ros_namespace
+from overlay_manager.core.stats import window_stats
 from overlay_manager.lab.campus import camera_streams, robots
 from overlay_manager.lab.campus.core import Lab
 from overlay_manager.lab.campus.spec_model import Impairment
@@ -42,6 +43,9 @@ SPEC: Dict[str, Any] = {
     "teams": {"alpha": {"master": ROBOTS[0]}},
 }
 UPLINK_MBIT = 30.0
+TWIST_MARGIN_S = 5.0
+"""Seconds the Twist round trips run beyond the viewer's measurement: they start with the viewer,
+which measures only from every stream's first message (up to a few seconds later)."""
 BUDGET_KBPS = 6000.0
 """Each encoder's budget on derp: four streams share the 30 Mbit/s uplink (4 x 6 = 24 Mbit/s)."""
 
@@ -122,6 +126,10 @@ class FleetCamera:
         """All four robots' ``kind`` streams in one viewer on the laptop for ``seconds``, a Twist
         round trip (50 Hz) to each robot at the same time, the encoders' CPU; ``during(t_start)``
         (optional) runs in its own thread once the viewer is measuring (for a congestion episode).
+        The round trips start with the viewer and run TWIST_MARGIN_S longer than it measures; their
+        statistics are those of the Twists sent in the viewer's window (from every stream's first
+        message, for ``seconds``: probe ``window_stats``, ``covered`` = the share of that window
+        they span), so the figures do not depend on how fast either probe starts.
         Returns {"streams": {robot: row}, "control": {robot: rtt}, "encoder_cpu_pct": {robot: %},
         "quality": the probe's JSON}."""
         out: Dict[str, Any] = {"control": {}}
@@ -133,13 +141,11 @@ class FleetCamera:
 
         def twist(r: str) -> None:
             ns = ros_namespace(r)
-            time.sleep(3.0)  # the streams flow first (probe start-up, first frames)
             try:
-                res = robots.run_probe(self.lab, LAPTOP, ["control", "--out", f"/{ns}/cmd_vel", "--echo",
-                                                          f"/{ns}/cmd_vel_echo", "--rate", "50", "--seconds",
-                                                          f"{max(2.0, seconds - 4.0):g}"], timeout=seconds + 90)
-                out["control"][r] = {k: res.get(k) for k in ("rtt_p50_ms", "rtt_p99_ms", "rtt_max_ms", "sent",
-                                                             "received")}
+                out["twist " + r] = robots.run_probe(
+                    self.lab, LAPTOP, ["control", "--out", f"/{ns}/cmd_vel", "--echo", f"/{ns}/cmd_vel_echo",
+                                       "--rate", "50", "--seconds", f"{seconds + TWIST_MARGIN_S:g}", "--samples"],
+                    timeout=seconds + TWIST_MARGIN_S + 90)
             except Exception as exc:  # noqa: BLE001 - reported in the row, the streams still count
                 out["control"][r] = {"error": str(exc)[:300]}
 
@@ -162,6 +168,14 @@ class FleetCamera:
         if extra is not None:
             extra.join()
         q = out.get("quality") or {}
+        for r in ROBOTS:
+            res = out.pop("twist " + r, None)
+            if res is None:
+                continue
+            if q.get("t_start") is None:
+                out["control"][r] = {"error": "the viewer measured no window to take the round trip in"}
+                continue
+            out["control"][r] = window_stats(res.get("samples") or [], q["t_start"], q["t_end"])
         streams = q.get("streams") or {}
         out["streams"] = {r: camera_streams.stream_row(streams.get(self.streams[r][kind], {})) for r in ROBOTS}
         out["encoder_cpu_pct"] = {r: (samplers[r].pct() if kind != "raw" else None) for r in ROBOTS}

@@ -104,6 +104,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     t.add_argument("--rate", type=float, default=50.0)
     t.add_argument("--seconds", type=float, default=5.0)
     t.add_argument("--timeout", type=float, default=30.0, help="for the first echo")
+    t.add_argument("--samples", action="store_true", help="also each Twist's send time and round trip (samples)")
     e = sub.add_parser("record", help="stream events as JSON lines until SIGTERM/SIGINT or --seconds")
     e.add_argument("--image", default="", help="an image topic: one line per frame (seq, latency)")
     e.add_argument("--compressed", action="store_true", help="the image topic is sensor_msgs/CompressedImage "
@@ -316,7 +317,7 @@ def _nodes(rospy: Any, spec: Dict[str, Any], timeout: float) -> int:
 
 
 def control_round_trip(rospy: Any, out_topic: str, echo_topic: str, rate_hz: float, seconds: float,
-                       timeout: float) -> Optional[Dict[str, Any]]:
+                       timeout: float, samples: bool = False) -> Optional[Dict[str, Any]]:
     """The Twist round trip through an echo (rosnodes.py ``echo``), measured for ``seconds``.
 
     Publishes geometry_msgs/Twist at ``rate_hz`` on ``out_topic`` (linear.x = sequence number,
@@ -324,12 +325,16 @@ def control_round_trip(rospy: Any, out_topic: str, echo_topic: str, rate_hz: flo
     until the first echo returns (at most ``timeout`` s; None if none does), then 1 s more; echoes
     up to 1 s after the window still count. Returns ``sent``, ``received``, ``rate_hz``,
     ``seconds``, ``rtt_p50_ms``/``rtt_p99_ms``/``rtt_max_ms`` (stats.latency_stats),
-    ``rtt_min_ms`` and the window ``t_start``/``t_end`` (CLOCK_MONOTONIC s).
+    ``rtt_min_ms`` and the window ``t_start``/``t_end`` (CLOCK_MONOTONIC s); with ``samples``
+    also ``samples``: [send time (CLOCK_MONOTONIC s), round trip ms or None if no echo came] per
+    Twist sent in the window, so that a caller can take the statistics of another window (e.g.
+    the one in which a viewer measured its streams: ``core.stats.window_stats``).
     """
     from geometry_msgs.msg import Twist
 
     sent: Dict[int, float] = {}
     rtts: List[float] = []
+    by_send: Dict[float, float] = {}  # send time -> round trip ms, in the window
     measuring = threading.Event()
     first = threading.Event()
 
@@ -342,8 +347,10 @@ def control_round_trip(rospy: Any, out_topic: str, echo_topic: str, rate_hz: flo
         t0 = sent.pop(seq, None)
         if t0 is not None and measuring.is_set():
             rtts.append((now - t0) * 1000.0)
+            by_send[t0] = rtts[-1]
             arrivals.append(now)
 
+    send_times: List[float] = []  # every send in the window
     pub = rospy.Publisher(out_topic, Twist, queue_size=100, tcp_nodelay=True)
     sub = rospy.Subscriber(echo_topic, Twist, cb, queue_size=100, tcp_nodelay=True)
     period = 1.0 / rate_hz
@@ -361,6 +368,8 @@ def control_round_trip(rospy: Any, out_topic: str, echo_topic: str, rate_hz: flo
             now = time.monotonic()
             msg.linear.y = now
             sent[seq] = now
+            if measuring.is_set():
+                send_times.append(now)
             pub.publish(msg)
             n += 1
             nxt += period
@@ -391,7 +400,9 @@ def control_round_trip(rospy: Any, out_topic: str, echo_topic: str, rate_hz: flo
             "t_start": t_start, "t_end": t_end,
             "echo_gaps": [[round(a, 3), round(g, 3)] for a, g in gaps],
             "echo_max_gap_s": round(max((b - a for a, b in zip(edges, edges[1:])), default=0.0), 3),
-            "connections_start": conns_start, "connections_end": conns_end}
+            "connections_start": conns_start, "connections_end": conns_end,
+            **({"samples": [[round(t, 4), None if by_send.get(t) is None else round(by_send[t], 2)]
+                            for t in send_times]} if samples else {})}
 
 
 GAP_REPORT_S = 0.1
@@ -415,7 +426,8 @@ def connection_ids(rospy: Any, topics: Any) -> List[List[Any]]:
 
 def _control(rospy: Any, args: Any) -> int:
     """``probe control``: :func:`control_round_trip` with the command line's topics and rate."""
-    res = control_round_trip(rospy, args.out, args.echo, args.rate, args.seconds, args.timeout)
+    res = control_round_trip(rospy, args.out, args.echo, args.rate, args.seconds, args.timeout,
+                             samples=getattr(args, "samples", False))
     if res is None:
         return _fail(f"the first echo on {args.echo} of Twist sent on {args.out}")
     _out({"ok": True, **res})

@@ -3,7 +3,7 @@ import math
 
 import pytest
 
-from overlay_manager.core.stats import latency_stats, percentile, rate_stats, summary
+from overlay_manager.core.stats import latency_stats, percentile, rate_stats, summary, window_stats
 
 
 def test_percentile_interpolates_linearly_between_ranks():
@@ -60,3 +60,21 @@ def test_summary():
     assert summary([]) == {"n": 0}
     s = summary([3.0, 1.0, 2.0, 10.0])
     assert s == {"n": 4, "mean": 4.0, "min": 1.0, "max": 10.0, "median": 2.5}
+
+
+def test_window_stats_takes_only_what_was_sent_in_the_window():
+    # 50 Hz for 4 s from t=10; the first second's round trips are long (a queue filling), one lost
+    samples = [[10.0 + i * 0.02, (300.0 if i < 50 else 20.0)] for i in range(200)]
+    samples[120][1] = None
+    whole = window_stats(samples, 0.0, 100.0)
+    assert whole["sent"] == 200 and whole["received"] == 199 and whole["rtt_max_ms"] == 300.0
+    later = window_stats(samples, 11.0, 13.99)
+    assert later["sent"] == 150 and later["received"] == 149
+    assert later["rtt_p99_ms"] == 20.0 and later["rtt_max_ms"] == 20.0
+    assert later["covered"] == pytest.approx(2.98 / 2.99, abs=1e-3)
+    # a window the samples only half span
+    half = window_stats(samples, 12.0, 16.0)
+    assert half["covered"] == pytest.approx(0.5, abs=0.01)
+    empty = window_stats(samples, 20.0, 21.0)
+    assert empty == {"sent": 0, "received": 0, "rtt_p50_ms": None, "rtt_p99_ms": None, "rtt_max_ms": None,
+                     "covered": 0.0}

@@ -206,3 +206,12 @@ def test_tier_markdown_full_alone_has_only_the_direct_row():
     rows = [line for line in md.splitlines() if line.startswith("| H.264 | full alone |")]
     assert rows == ["| H.264 | full alone | laptop (direct) | `/camera/image_raw/link_aware_h264/full` | 29.9 | "
                     "45.4 / 45.0 | 3.70 | 9 / 30 | 13.4 |"]
+
+
+def test_tier_goal_lines_say_at_most_for_both_ratios():
+    data = json.loads((REPO_ROOT / "docs" / "bench_camera_tiers.json").read_text())
+    res = data["results"]["h264 tiers"]
+    res["goals"] = bench_camera.tier_goals(res, {"encoder_cpu_pct": 11.1}, {"encoder_cpu_pct": 13.7})
+    md = bench_camera.render_tiers_markdown(data)
+    line = next(x for x in md.splitlines() if x.startswith("Goals, h264 tiers: "))
+    assert "cpu_ratio 1.79 (goal <= 1.6): missed" in line and "cpu_ratio_full 1.45 (goal <= 1.6): met" in line
