@@ -147,9 +147,12 @@ class CameraBench:
             log = Path(self.lab.host_dir(ROBOT)) / f"{name}.log"
             say(f"encoder log {log}:\n" + (log.read_text(errors="replace")[-3000:] if log.exists() else "(none)"))
             raise
-        # the first encoder gets 8 s to advertise H.264; later ones are the same binary
-        self.streams = camera_streams.detect_streams(self.lab, LAPTOP, RAW, wait_s=8.0 if len(self.streams) < 2
-                                                     else 3.0)
+        # the first encoder gets 8 s to advertise H.264; later ones are the same binary: once it did,
+        # they get 20 s (the wait ends as soon as the topic is listed; a loaded machine has taken
+        # more than 3 s to start a republisher), else 3 s
+        had_h264 = "h264" in self.streams
+        self.streams = camera_streams.detect_streams(self.lab, LAPTOP, RAW, wait_s=20.0 if had_h264 else
+                                                     (8.0 if len(self.streams) < 2 else 3.0))
 
     def stop_encoder(self) -> None:
         """Stop the encoder's roslaunch (by pid)."""
