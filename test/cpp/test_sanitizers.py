@@ -4,7 +4,9 @@ reports each of its stages as a test: the build, every gtest under ASan/UBSan (l
 every fuzz target for FUZZ_SECONDS over a copy of its corpus, and valgrind memcheck on the plain
 build's H.264 widths test. A sanitizer report, a crash or a valgrind error fails that stage's test,
 with the report (or the log's tail) in the message. Skipped only where the sanitizer build cannot
-exist: not root (scripts/setup installs clang as root) or no clang."""
+exist: not root (scripts/setup installs clang as root) or no clang. scripts/test builds the
+workspace beforehand (in the background, beside its lint and Python 3.8 runs); the stage `build`
+then checks that it is up to date."""
 
 from __future__ import annotations
 
