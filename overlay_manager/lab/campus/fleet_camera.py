@@ -133,6 +133,7 @@ class FleetCamera:
         Returns {"streams": {robot: row}, "control": {robot: rtt}, "encoder_cpu_pct": {robot: %},
         "quality": the probe's JSON}."""
         out: Dict[str, Any] = {"control": {}}
+        twists: Dict[str, Any] = {}  # robot -> its round trip probe's JSON (samples)
         topics = [(kind, self.streams[r][kind]) for r in ROBOTS]
 
         def viewer() -> None:
@@ -142,7 +143,7 @@ class FleetCamera:
         def twist(r: str) -> None:
             ns = ros_namespace(r)
             try:
-                out["twist " + r] = robots.run_probe(
+                twists[r] = robots.run_probe(
                     self.lab, LAPTOP, ["control", "--out", f"/{ns}/cmd_vel", "--echo", f"/{ns}/cmd_vel_echo",
                                        "--rate", "50", "--seconds", f"{seconds + TWIST_MARGIN_S:g}", "--samples"],
                     timeout=seconds + TWIST_MARGIN_S + 90)
@@ -169,7 +170,7 @@ class FleetCamera:
             extra.join()
         q = out.get("quality") or {}
         for r in ROBOTS:
-            res = out.pop("twist " + r, None)
+            res = twists.get(r)
             if res is None:
                 continue
             if q.get("t_start") is None:

@@ -334,7 +334,7 @@ def control_round_trip(rospy: Any, out_topic: str, echo_topic: str, rate_hz: flo
 
     sent: Dict[int, float] = {}
     rtts: List[float] = []
-    by_send: Dict[float, float] = {}  # send time -> round trip ms, in the window
+    window: Dict[int, List[Any]] = {}  # seq -> [send time, round trip ms or None], sent in the window
     measuring = threading.Event()
     first = threading.Event()
 
@@ -347,10 +347,10 @@ def control_round_trip(rospy: Any, out_topic: str, echo_topic: str, rate_hz: flo
         t0 = sent.pop(seq, None)
         if t0 is not None and measuring.is_set():
             rtts.append((now - t0) * 1000.0)
-            by_send[t0] = rtts[-1]
+            if seq in window:
+                window[seq][1] = round(rtts[-1], 2)
             arrivals.append(now)
 
-    send_times: List[float] = []  # every send in the window
     pub = rospy.Publisher(out_topic, Twist, queue_size=100, tcp_nodelay=True)
     sub = rospy.Subscriber(echo_topic, Twist, cb, queue_size=100, tcp_nodelay=True)
     period = 1.0 / rate_hz
@@ -369,7 +369,7 @@ def control_round_trip(rospy: Any, out_topic: str, echo_topic: str, rate_hz: flo
             msg.linear.y = now
             sent[seq] = now
             if measuring.is_set():
-                send_times.append(now)
+                window[seq] = [round(now, 4), None]
             pub.publish(msg)
             n += 1
             nxt += period
@@ -401,8 +401,7 @@ def control_round_trip(rospy: Any, out_topic: str, echo_topic: str, rate_hz: flo
             "echo_gaps": [[round(a, 3), round(g, 3)] for a, g in gaps],
             "echo_max_gap_s": round(max((b - a for a, b in zip(edges, edges[1:])), default=0.0), 3),
             "connections_start": conns_start, "connections_end": conns_end,
-            **({"samples": [[round(t, 4), None if by_send.get(t) is None else round(by_send[t], 2)]
-                            for t in send_times]} if samples else {})}
+            **({"samples": list(window.values())} if samples else {})}
 
 
 GAP_REPORT_S = 0.1
