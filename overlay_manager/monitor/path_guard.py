@@ -21,11 +21,11 @@ from overlay_manager.core.mobility import (
     HomeCheck,
     StallTracker,
     Underlay,
-    established_remotes,
     parse_default_route,
     pick_other_region,
 )
 from overlay_manager.core.peers import PATH_DERP, PATH_DIRECT, PATH_PEER_RELAY, PeerState
+from overlay_manager.system.sockets import established_remotes
 from overlay_manager.tailscaled.localapi import (
     DebugUnsupported,
     LocalAPI,
@@ -134,7 +134,8 @@ class PathGuard:
         self._derp_read_at = -1e18                        # overlay-home only
         self._dead_home = ""                              # overlay-home only: region forced away from
         self._resolved: Dict[str, str] = {}               # overlay-home only: derper host -> IPv4
-        self._proc_net_tcp = "/proc/net/tcp"              # tests point it elsewhere
+        # overlay-home only: () -> (remote IPv4, port) of this namespace's established TCP connections
+        self._established: Callable[[], List[Tuple[str, int]]] = established_remotes
         # read by other threads, replaced whole:
         self.episodes: Dict[str, Episode] = {}
         self.home = HomeCheck()
@@ -324,12 +325,11 @@ class PathGuard:
 
     def _connected_to(self, code: str) -> bool:
         """Whether this network namespace has an ESTABLISHED TCP connection to one of region
-        code's derpers (tailscaled's home connection: /proc/net/tcp, no packet sent). A host
+        code's derpers (tailscaled's home connection: a sock_diag dump, no packet sent). A host
         name without an IPv4 address in the DERP map is resolved (bounded by the resolver)."""
         _, nodes = self._derp.get(code, (0, []))
         try:
-            with open(self._proc_net_tcp, encoding="ascii", errors="replace") as f:
-                remotes = set(established_remotes(f.read()))
+            remotes = set(self._established())
         except OSError:
             return False
         for host, port in nodes:

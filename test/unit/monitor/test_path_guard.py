@@ -15,6 +15,7 @@ from overlay_manager.core.mobility import CAUSE_ROAM, CAUSE_STALL, Underlay
 from overlay_manager.core.peers import PeerState
 from overlay_manager.monitor.diagnose import mobility_diagnostic
 from overlay_manager.monitor.path_guard import PathGuard, derp_nodes
+from overlay_manager.system.sockets import established_remotes
 from overlay_manager.tailscaled.localapi import (
     DebugUnsupported,
     LocalAPI,
@@ -255,7 +256,7 @@ def test_tailscaleds_own_connection_to_the_home_derper_means_it_works(tmp_path, 
     tcp = tmp_path / "tcp"
     tcp.write_text("  sl  local_address rem_address   st\n"
                    f"   0: 0100007F:B3C2 0100007F:{dead:04X} 01 00000000:00000000\n")
-    g._proc_net_tcp = str(tcp)
+    g._established = lambda: established_remotes(str(tcp))
     assert g.check_home() == [] and g.home.ok and api.actions == []   # no connect tried: it would be refused
     tcp.write_text("  sl  local_address rem_address   st\n")
     assert "refuses connections" in g.check_home()[0]                 # no connection: connect, refused
