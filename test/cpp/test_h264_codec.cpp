@@ -365,7 +365,10 @@ TEST(H264Encoder, OneConvertedFrameFeedsSeveralEncodersAsItsRawFrameWould)
                                 &b, &err))
           << err;
       EXPECT_EQ(a.keyframe, b.keyframe) << "frame " << i;
-      EXPECT_EQ(a.data.size(), b.data.size()) << "frame " << i << ", crf " << crfs[k];
+      // the sizes may differ by a few bytes: the random stream id in the counter SEI may need
+      // emulation-prevention bytes (00 00 03) in one stream and not in the other
+      EXPECT_NEAR(static_cast<double>(a.data.size()), static_cast<double>(b.data.size()), 8.0)
+          << "frame " << i << ", crf " << crfs[k];
       ASSERT_TRUE(dec_shared[k].decode(a.data.data(), a.data.size(), &fa, &err)) << err;
       ASSERT_TRUE(dec_own[k].decode(b.data.data(), b.data.size(), &fb, &err)) << err;
       ASSERT_EQ(fa.width, f.cols & ~1);
