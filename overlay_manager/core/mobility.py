@@ -18,8 +18,6 @@ Words of ``PathChange.cause`` (msg/PathChange.msg):
 
 from __future__ import annotations
 
-import socket
-import struct
 from dataclasses import dataclass, replace
 from typing import Dict, List, Optional, Tuple
 
@@ -223,27 +221,3 @@ def actual_home(nat: NatInfo, self_relay: str, names: Dict[str, str]) -> NatInfo
     summary = nat.summary.split("; home DERP ", 1)[0] + f"; home DERP {label}{lat}"
     return replace(nat, preferred_derp=self_relay, preferred_derp_latency_ms=ms, preferred_derp_name=name,
                    summary=summary)
-
-
-TCP_ESTABLISHED = 0x01
-
-
-def established_remotes(proc_net_tcp: str) -> List[Tuple[str, int]]:
-    """(remote IPv4 address, port) of every ESTABLISHED connection in the text of /proc/net/tcp
-    (the kernel writes addresses as host-order hexadecimal words; lines of another layout are
-    skipped)."""
-    out: List[Tuple[str, int]] = []
-    for line in proc_net_tcp.splitlines()[1:]:
-        f = line.split()
-        if len(f) < 4 or ":" not in f[2]:
-            continue
-        try:
-            if int(f[3], 16) != TCP_ESTABLISHED:
-                continue
-            hex_addr, hex_port = f[2].split(":")
-            if len(hex_addr) != 8:
-                continue
-            out.append((socket.inet_ntoa(struct.pack("=I", int(hex_addr, 16))), int(hex_port, 16)))
-        except (ValueError, struct.error):
-            continue
-    return out

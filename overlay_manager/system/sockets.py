@@ -2,14 +2,14 @@
 /proc/net/tcp6) and the remote ends of the established IPv4 ones (from the kernel's sock_diag
 netlink interface, /proc/net/tcp when that is not available).
 
-Pure parsing (:func:`parse_proc_net_tcp`, :func:`parse_diag_dump`) plus readers
+Pure parsing (:func:`parse_proc_net_tcp`, :func:`parse_established`, :func:`parse_diag_dump`) plus readers
 (:func:`read_listeners`, :func:`established_remotes`), so the node can tell on which addresses a
 port (rosbridge's websocket) is reachable and whether tailscaled holds its connection to a derper
 without any tool or privilege: every process may read both for its own network namespace.
 
 Why two sources: a read of /proc/net/tcp walks the kernel's whole TCP hash tables and formats every
 socket as text, 4-5 ms of CPU on a machine with a few GB of memory even when the namespace has one
-socket; a sock_diag dump restricted to ESTABLISHED sockets costs about 0.1 ms plus a few
+socket; a sock_diag dump restricted to ESTABLISHED sockets costs about 0.2 ms plus a few
 microseconds per socket. The listeners are read rarely (preflight); the established sockets every
 ``node.home_check_interval`` (0.5 s).
 
@@ -26,14 +26,14 @@ import os
 import socket
 import struct
 from dataclasses import dataclass
-from typing import Iterable, List, Optional, Tuple
-
-from overlay_manager.core.mobility import established_remotes as parse_established
+from typing import Iterable, Iterator, List, Optional, Tuple
 
 PROC_NET_TCP = ("/proc/net/tcp", "/proc/net/tcp6")
 """The kernel's TCP socket tables of the reading process's network namespace (IPv4, IPv6)."""
 TCP_LISTEN = 0x0A
 """The ``st`` value of a listening socket (include/net/tcp_states.h: TCP_LISTEN)."""
+TCP_ESTABLISHED = 0x01
+"""The ``st`` value (and sock_diag state) of an established connection (TCP_ESTABLISHED)."""
 
 
 @dataclass(frozen=True)
@@ -70,24 +70,50 @@ def _address(hex_addr: str) -> str:
     raise ValueError(f"address {hex_addr!r} is neither 8 nor 32 hexadecimal digits")
 
 
-def parse_proc_net_tcp(text: str) -> List[Listener]:
-    """The listening sockets of one /proc/net/tcp or /proc/net/tcp6 text (header line skipped).
-
-    Lines that do not have the kernel's layout are skipped (the file is the kernel's; a
-    truncated last line of a racing read must not hide the other sockets).
-    """
-    out: List[Listener] = []
+def _rows(text: str, state: int) -> Iterator[Tuple[str, str]]:
+    """(local, remote) ``ADDR:PORT`` fields of the rows in ``state`` of one /proc/net/tcp or
+    /proc/net/tcp6 text (header line skipped). Lines that do not have the kernel's layout are
+    skipped (the file is the kernel's; a truncated last line of a racing read must not hide the
+    other sockets)."""
     for line in text.splitlines()[1:]:
         fields = line.split()
-        if len(fields) < 4 or ":" not in fields[1]:
+        if len(fields) < 4 or ":" not in fields[1] or ":" not in fields[2]:
             continue
         try:
-            if int(fields[3], 16) != TCP_LISTEN:
-                continue
-            hex_addr, hex_port = fields[1].split(":")
-            out.append(Listener(_address(hex_addr), int(hex_port, 16)))
+            if int(fields[3], 16) == state:
+                yield fields[1], fields[2]
         except ValueError:
             continue
+
+
+def _endpoint(field: str) -> Tuple[str, int]:
+    """``ADDR:PORT`` as the kernel prints it -> (textual address, port); ValueError if malformed."""
+    hex_addr, hex_port = field.split(":")
+    return _address(hex_addr), int(hex_port, 16)
+
+
+def parse_proc_net_tcp(text: str) -> List[Listener]:
+    """The listening sockets of one /proc/net/tcp or /proc/net/tcp6 text (malformed lines skipped)."""
+    out: List[Listener] = []
+    for local, _ in _rows(text, TCP_LISTEN):
+        try:
+            out.append(Listener(*_endpoint(local)))
+        except ValueError:
+            continue
+    return out
+
+
+def parse_established(text: str) -> List[Tuple[str, int]]:
+    """(remote IPv4 address, port) of every ESTABLISHED connection in one /proc/net/tcp text
+    (malformed lines and IPv6 rows skipped)."""
+    out: List[Tuple[str, int]] = []
+    for _, remote in _rows(text, TCP_ESTABLISHED):
+        try:
+            address, port = _endpoint(remote)
+        except ValueError:
+            continue
+        if ":" not in address:
+            out.append((address, port))
     return out
 
 
@@ -121,7 +147,6 @@ NLM_F_REQUEST = 0x01
 NLM_F_DUMP = 0x300
 NLMSG_ERROR = 2
 NLMSG_DONE = 3
-TCP_ESTABLISHED = 1
 _NLMSGHDR = struct.Struct("=IHHII")
 """struct nlmsghdr: length, type, flags, sequence number, port id."""
 _DIAG_REQ_V2 = struct.Struct("=BBBBI48s")

@@ -126,13 +126,3 @@ def test_a_change_waits_for_its_traffic_to_resume():
     assert completed(why, Episode(CAUSE_STALL, 12.0, 12.5, 12.7), 0.3, 2.0) is None  # another episode
     plain = Explanation()
     assert completed(plain, None, 0.0, 2.0) is plain
-
-
-def test_established_remotes():
-    from overlay_manager.core.mobility import established_remotes
-    text = ("  sl  local_address rem_address   st tx_queue\n"
-            "   0: 0100007F:906B 00000000:0000 0A 00000000:00000000\n"
-            "   1: 0A0AE70A:B3C2 0A0AE70A:01BB 01 00000000:00000000\n"
-            "   2: 0A0AE70A:B3C4 0B0AE70A:01BB 06 00000000:00000000\n"
-            "   3: garbage\n")
-    assert established_remotes(text) == [("10.231.10.10", 443)]

@@ -11,7 +11,7 @@ from typing import Iterator, List, Tuple
 import pytest
 
 from overlay_manager.system import sockets
-from overlay_manager.system.sockets import established_remotes, parse_diag_dump
+from overlay_manager.system.sockets import established_remotes, parse_diag_dump, parse_established
 
 
 @pytest.fixture
@@ -100,3 +100,12 @@ def test_parse_raises_the_kernels_error_and_on_a_cut_message():
     whole = _msg(sockets.SOCK_DIAG_BY_FAMILY, 1, _sock("10.0.0.1", 443))
     with pytest.raises(OSError, match="bytes at byte 0"):
         parse_diag_dump(whole[:40], 1)
+
+
+def test_parse_established_keeps_the_established_ipv4_rows():
+    text = ("  sl  local_address rem_address   st tx_queue\n"
+            "   0: 0100007F:906B 00000000:0000 0A 00000000:00000000\n"
+            "   1: 0A0AE70A:B3C2 0A0AE70A:01BB 01 00000000:00000000\n"
+            "   2: 0A0AE70A:B3C4 0B0AE70A:01BB 06 00000000:00000000\n"
+            "   3: garbage\n")
+    assert parse_established(text) == [("10.231.10.10", 443)]
