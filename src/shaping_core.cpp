@@ -31,6 +31,13 @@ double pacingKbpsForPath(const std::string& path, const CoreSettings& settings)
   return settings.pacing_factor * it->second;
 }
 
+double deadlinePaceKbps(double peak_bytes, double output_hz)
+{
+  if (!(peak_bytes > 0.0) || !(output_hz > 0.0) || std::isinf(peak_bytes) || std::isinf(output_hz))
+    return 0.0;
+  return peak_bytes * 8.0 / 1000.0 * output_hz;
+}
+
 uint32_t backlogBeyondPace(uint32_t unsent_bytes, double pacing_kbps)
 {
   if (!(pacing_kbps > 0.0) || std::isinf(pacing_kbps))
@@ -75,6 +82,10 @@ struct ShapingCore::Tier
   double last_in_hz = 0.0, last_out_hz = 0.0, last_kbps = 0.0, last_bytes = kNaN, last_encode_ms = kNaN;
   uint32_t last_keyframes = 0, last_skipped = 0;
   std::string format;
+  /// largest message sent in this peak window and in the one before (bytes); windows of kPeakWindowS
+  size_t peak_bytes = 0, last_peak_bytes = 0;
+  double peak_window_start_s = kNaN;
+  bool peak_restart = false;  ///< a subscriber's path changed: the peak starts again when this window closes
 };
 
 ShapingCore::ShapingCore(const ShaperTraits& traits, const CoreSettings& settings)
@@ -209,7 +220,18 @@ bool ShapingCore::setPaths(const std::map<std::string, std::pair<std::string, st
       kv.second.path = f->second.second;
       for (auto& s : subs_)
         if (s.first.node == kv.first)
+        {
           s.second->cap.reset();  // learnt on the old path
+          // the messages of the old path's stream (a direct viewer's full-size frames) do not set
+          // the pace of the new one: a new peak window, from the end of the counting window now
+          // open (a message admitted before the change may still be reported in it)
+          auto t = tiers_.find(s.first.tier);
+          if (t != tiers_.end())
+          {
+            t->second->peak_bytes = t->second->last_peak_bytes = 0;
+            t->second->peak_restart = true;
+          }
+        }
     }
   }
   decideLocked();
@@ -381,6 +403,7 @@ void ShapingCore::sent(const std::string& tier, const SentReport& report)
   t.keyframes += report.keyframe ? 1 : 0;
   t.bytes += report.bytes;
   t.encode_ms += report.encode_ms;
+  t.peak_bytes = std::max(t.peak_bytes, report.bytes);
   if (t.format != report.format)
     t.format = report.format;
   if (traits_.size_feedback)
@@ -419,6 +442,20 @@ std::vector<TierState> ShapingCore::snapshot(double now_s)
       t.encode_ms = 0.0;
       t.window_start_s = now_s;
       t.policy.setInputRate(t.last_in_hz > 0.0 ? t.last_in_hz : kNaN);
+      if (std::isnan(t.peak_window_start_s))
+        t.peak_window_start_s = now_s;
+      if (t.peak_restart)
+      {
+        t.peak_bytes = t.last_peak_bytes = 0;
+        t.peak_window_start_s = now_s;
+        t.peak_restart = false;
+      }
+      else if (now_s - t.peak_window_start_s >= kPeakWindowS)
+      {
+        t.last_peak_bytes = t.peak_bytes;
+        t.peak_bytes = 0;
+        t.peak_window_start_s = now_s;
+      }
     }
     TierState st;
     st.tier = kv.first;
@@ -449,7 +486,7 @@ std::vector<TierState> ShapingCore::snapshot(double now_s)
         s.backlog_bytes = it->second->backlog_bytes;
         s.queue_delay_ms = it->second->queue_delay_ms;
       }
-      const double pace = pacingKbpsForPath(v.path, settings_);
+      const double pace = paceLocked(&t, v.path);
       s.pacing_kbps = pace > 0.0 ? pace : kNaN;
       st.subscribers.push_back(s);
     }
@@ -466,9 +503,19 @@ std::map<SubKey, double> ShapingCore::pacing() const
   {
     auto node = nodes_.find(kv.first.node);
     const std::string path = node == nodes_.end() ? std::string(paths::kUnknown) : node->second.path;
-    out[kv.first] = pacingKbpsForPath(path, settings_);
+    auto tier = tiers_.find(kv.first.tier);
+    out[kv.first] = paceLocked(tier == tiers_.end() ? nullptr : tier->second.get(), path);
   }
   return out;
+}
+
+double ShapingCore::paceLocked(const Tier* t, const std::string& path) const
+{
+  const double pace = pacingKbpsForPath(path, settings_);
+  if (!(pace > 0.0) || !t)
+    return pace;
+  const double peak = static_cast<double>(std::max(t->peak_bytes, t->last_peak_bytes));
+  return std::max(pace, deadlinePaceKbps(peak, t->last_out_hz));
 }
 
 std::map<std::string, std::string> ShapingCore::directory() const

@@ -52,7 +52,8 @@ struct StreamOptions
   PolicyParams policy;
   bool adapt_to_delivery = true;  ///< lower a subscriber's budget when its connection backs up
   double max_backlog_ms = 200.0;  ///< unsent bytes (in ms of stream) that count as backing up
-  double pacing_factor = kDefaultPacingFactor;  ///< budgeted connections paced at this x their budget; 0 = off
+  /// budgeted connections paced at this x their budget; 0 = off (kDefaultStreamPacingFactor)
+  double pacing_factor = kDefaultStreamPacingFactor;
   double state_period = 1.0;      ///< s between stream_state messages (delivery is checked every 0.5 s)
   std::string peers_topic;        ///< overlay node's ~peers; "" = find it (ros_graph.h)
   HostAliases host_aliases;       ///< ~host_aliases: subscriber host -> machine short name

@@ -81,9 +81,27 @@ struct CoreSettings
   double pacing_factor = 0.0;
 };
 
-/// Default pacing_factor of shaped topics and link-aware streams: a message of a stream at its
-/// budget leaves in 40 % of its period.
+/// Default pacing_factor of shaped topics: a message of a stream at its budget leaves in 40 % of
+/// its period.
 constexpr double kDefaultPacingFactor = 2.5;
+
+/// Default pacing_factor of the link-aware camera streams: not paced. A camera's frames are small
+/// against a relayed uplink (a 30-50 KB H.264 keyframe is 8-13 ms at 30 Mbit/s), and pacing them
+/// cost the fleet benchmark's latency p99 about 100 ms (four relayed cameras: median 346 ms paced
+/// against 236 ms unpaced, five alternating runs each) where nothing else shared the uplink. The
+/// bursts that hold a robot's teleop back are its clouds and maps, which the topic shaper paces.
+constexpr double kDefaultStreamPacingFactor = 0.0;
+
+/// A paced subscriber's pace is never below what sends its tier's largest recent message within
+/// one period of the tier's output rate (deadlinePaceKbps): a video keyframe, several times the
+/// size of the frames around it, then leaves before the next frame is due instead of holding the
+/// frames behind it in the connection. "Recent" is the last kPeakWindowS to 2 x kPeakWindowS, and
+/// since the last path change of one of the tier's subscribers.
+constexpr double kPeakWindowS = 5.0;
+
+/// The pace (kbit/s) that sends a message of `peak_bytes` within one period of a stream at
+/// `output_hz` messages a second; 0 when either is unknown (0).
+double deadlinePaceKbps(double peak_bytes, double output_hz);
 
 /// The rate (kbit/s) a subscriber on `path` is paced at under `settings`: pacing_factor x the
 /// path's budget; 0 = not paced (no budget on that path, or pacing off).
@@ -208,7 +226,8 @@ public:
   /// subscribers holds more than max_backlog_ms of the tier's stream and opens (with a keyframe,
   /// rate-limited) when none does. Does nothing when adapt_to_delivery is off.
   void observeDelivery(double now_s, const std::map<SubKey, DeliverySample>& samples);
-  /// The pace (kbit/s, pacingKbpsForPath) of every subscriber's connections now; 0 = not paced.
+  /// The pace (kbit/s) of every subscriber's connections now; 0 = not paced: pacingKbpsForPath,
+  /// raised to its tier's deadlinePaceKbps (largest recent message, output rate of the last window).
   std::map<SubKey, double> pacing() const;
   /// Whether a skip gate holds on some tier (the adapter then re-checks often: recheck()).
   bool anyBackedUp() const;
@@ -243,6 +262,8 @@ private:
   bool forceKeyframeLocked(Tier& t, double now_s);
   /// max_backlog_ms for `t`, at least min_backlog_messages of its stream.
   double backlogLimitMs(const Tier& t) const;
+  /// The pace (kbit/s, 0 = not paced) of a subscriber of `t` (nullptr = unknown tier) on `path`.
+  double paceLocked(const Tier* t, const std::string& path) const;
 
   const ShaperTraits traits_;
   mutable std::mutex mutex_;

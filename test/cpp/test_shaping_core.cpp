@@ -459,6 +459,72 @@ TEST(Pacing, APathBudgetOfZeroOrNoneIsNeverPaced)
   EXPECT_DOUBLE_EQ(overlay_manager::pacingKbpsForPath(paths::kDerp, settings), 0.0);
 }
 
+TEST(Pacing, AKeyframeLeavesWithinOneFramePeriodWhateverTheFactor)
+{
+  using overlay_manager::deadlinePaceKbps;
+  EXPECT_DOUBLE_EQ(deadlinePaceKbps(40000.0, 30.0), 9600.0);  // 40 KB in 1/30 s
+  EXPECT_DOUBLE_EQ(deadlinePaceKbps(40000.0, 0.0), 0.0);      // no output rate yet
+  EXPECT_DOUBLE_EQ(deadlinePaceKbps(0.0, 30.0), 0.0);
+
+  CoreSettings settings;
+  settings.pacing_factor = 2.5;
+  settings.policy.budget_kbps[paths::kDerp] = 1000.0;
+  ShapingCore core(h264Traits(), settings);
+  core.connected(tiers::kFittedTier, "/viewer");
+  core.connected(tiers::kFullTier, "/direct_viewer");
+  setPaths(core, { { "/viewer", paths::kDerp }, { "/direct_viewer", paths::kDirect } });
+  const SubKey viewer{ tiers::kFittedTier, "/viewer" };
+  core.snapshot(0.0);
+  // frames of 3 KB at 30 Hz: 3 KB in 1/30 s is 720 kbit/s, below 2.5 x 1000: the factor's pace
+  feed(core, tiers::kFittedTier, 30, 30.0, 0.0, 3000);
+  std::vector<TierState> st = core.snapshot(1.0);
+  ASSERT_DOUBLE_EQ(core.pacing()[viewer], 2500.0);
+  // one 40 KB keyframe among them: it leaves within a frame period (9.6 Mbit/s at 30 Hz)
+  feed(core, tiers::kFittedTier, 1, 30.0, 1.0, 40000);
+  feed(core, tiers::kFittedTier, 29, 30.0, 1.0 + 1.0 / 30.0, 3000);
+  st = core.snapshot(2.0);
+  EXPECT_NEAR(core.pacing()[viewer], 9600.0, 1.0);
+  const TierState* fitted = find(st, tiers::kFittedTier);
+  ASSERT_TRUE(fitted);
+  ASSERT_EQ(fitted->subscribers.size(), 1u);
+  EXPECT_NEAR(fitted->subscribers[0].pacing_kbps, 9600.0, 1.0);  // stream_state says the same
+  // a direct subscriber stays unpaced, whatever its tier sends
+  feed(core, tiers::kFullTier, 30, 30.0, 2.0, 80000);
+  core.snapshot(3.0);
+  EXPECT_DOUBLE_EQ((core.pacing()[SubKey{ tiers::kFullTier, "/direct_viewer" }]), 0.0);
+  // when it turns derp, the full-size frames it got before do not set its pace: the factor's
+  setPaths(core, { { "/direct_viewer", paths::kDerp } });
+  const SubKey moved{ tiers::kFullTier, "/direct_viewer" };
+  EXPECT_DOUBLE_EQ(core.pacing()[moved], 2500.0);
+  // nor does one admitted before the change and reported after it, in the window then open
+  SentReport in_flight;
+  in_flight.bytes = 80000;
+  in_flight.format = "test";
+  core.sent(tiers::kFullTier, in_flight);
+  feed(core, tiers::kFullTier, 30, 30.0, 3.0, 3000);
+  core.snapshot(4.0);
+  EXPECT_DOUBLE_EQ(core.pacing()[moved], 2500.0);
+  feed(core, tiers::kFullTier, 30, 30.0, 4.0, 3000);
+  core.snapshot(5.0);
+  EXPECT_DOUBLE_EQ(core.pacing()[moved], 2500.0);
+  // the keyframe is remembered for one to two peak windows, then the factor's pace returns
+  double t = 5.0;
+  for (; t < 2 * overlay_manager::kPeakWindowS + 5.0; t += 1.0)
+  {
+    feed(core, tiers::kFittedTier, 30, 30.0, t, 3000);
+    core.snapshot(t + 1.0);
+  }
+  EXPECT_DOUBLE_EQ(core.pacing()[viewer], 2500.0);
+  // pacing off: the deadline does not pace either
+  feed(core, tiers::kFittedTier, 1, 30.0, t, 40000);
+  feed(core, tiers::kFittedTier, 29, 30.0, t + 1.0 / 30.0, 3000);
+  core.snapshot(t + 1.0);
+  EXPECT_GT(core.pacing()[viewer], 2500.0);
+  settings.pacing_factor = 0.0;
+  core.applySettings(settings);
+  EXPECT_DOUBLE_EQ(core.pacing()[viewer], 0.0);
+}
+
 TEST(Pacing, WhatThePaceReleasesWithinAllowanceIsNoBacklog)
 {
   using overlay_manager::backlogBeyondPace;

@@ -10,6 +10,7 @@ decoder's raw output; quality and rate dropping when the laptop's path turns der
 when it is direct again; the raw subscription ending with the last subscriber.
 """
 import functools
+import math
 import sys
 import threading
 import time
@@ -160,6 +161,10 @@ class LinkAwareCamera(unittest.TestCase):
         self.assertTrue(np.array_equal(bgr[:, :, ::-1], self.frame), "PNG did not decode to the original pixels")
         # its peers_topic names an overlay node that does not run
         self.assertEqual((st.reason, st.peers_topic), ("no overlay node: paths unknown", ""))
+        # a camera stream is not paced unless asked (pacing_factor 0 by default), even for a
+        # subscriber whose path (unknown) has a budget
+        self.assertTrue(all(math.isnan(s.pacing_kbps) for s in st.subscribers),
+                        f"the png encoder (default pacing_factor) paced a subscriber: {st.subscribers}")
 
     def test_4_derp_lowers_quality_and_rate_then_direct_restores(self):
         got = []
@@ -174,10 +179,11 @@ class LinkAwareCamera(unittest.TestCase):
             self.assertEqual(st.reason, "path derp")
             self.assertAlmostEqual(st.budget_kbps, BUDGET_DERP_KBPS)
             self.assertEqual(st.subscribers[0].host, "alpha-laptop")
-            # its connection is paced at the default pacing_factor (2.5) x its budget, from the next
-            # delivery check on
+            # its connection is paced at the pacing_factor link_aware_camera.test sets (2.5) x its
+            # budget, from the next delivery check on
             wait_for("stream_state: the derp viewer paced at 2.5 x its budget", lambda: self._state_with_path(
-                Peer.PATH_DERP, lambda s: abs(s.subscribers[0].pacing_kbps - 2.5 * BUDGET_DERP_KBPS) < 1.0), timeout=5)
+                Peer.PATH_DERP, lambda s: abs(s.subscribers[0].pacing_kbps - 2.5 * BUDGET_DERP_KBPS) < 1.0), timeout=5,
+                detail=lambda: f"last stream_state: {self.latest_state()}")
             time.sleep(2.0)  # settle, then measure what actually arrives
             del got[:]
             t0 = time.monotonic()

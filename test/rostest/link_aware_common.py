@@ -7,7 +7,7 @@ Python finds it by name.
 from __future__ import annotations
 
 import threading
-from typing import Any, Callable
+from typing import Any, Callable, Optional
 
 import rospy
 
@@ -15,9 +15,11 @@ from overlay_manager.msg import Peer, PeerList
 from overlay_manager.system import waiting
 
 
-def wait_for(what: str, predicate: Callable[[], Any], timeout: float = 20.0) -> Any:
-    """overlay_manager.system.waiting.wait_for every 0.05 s; a timeout (s) fails the test (AssertionError)."""
-    return waiting.wait_for(what, predicate, timeout, interval=0.05, error=AssertionError)
+def wait_for(what: str, predicate: Callable[[], Any], timeout: float = 20.0,
+             detail: Optional[Callable[[], str]] = None) -> Any:
+    """overlay_manager.system.waiting.wait_for every 0.05 s; a timeout (s) fails the test (AssertionError),
+    its message ending with ``detail()`` (what was seen instead) when given."""
+    return waiting.wait_for(what, predicate, timeout, interval=0.05, detail=detail, error=AssertionError)
 
 
 def peers_msg(path: str, robot: str = "robot1", laptop: str = "laptop") -> PeerList:

@@ -336,7 +336,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                     help="how long the congestion episode lasts (s; long ones show a link that stays congested)")
     ap.add_argument("--no-episode", action="store_true")
     ap.add_argument("--pacing-factor", type=float, default=None,
-                    help="the encoders' pacing_factor (default: theirs, 2.5; 0 = no pacing)")
+                    help="the encoders' pacing_factor (default: theirs, 0 = no pacing; e.g. 2.5)")
     ap.add_argument("--no-guard", action="store_true",
                     help="every node without its path guard and home check (node.guard_interval and "
                          "node.home_check_interval 0): what they cost the streams")

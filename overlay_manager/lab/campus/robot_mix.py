@@ -105,9 +105,12 @@ class RobotMix:
     """The robot and both laptops in ``lab`` (made from :data:`SPEC`). Every process started is
     kept and stopped by pid in :meth:`stop`; ``say`` narrates."""
 
-    def __init__(self, lab: Lab, say: Any = print, scene: str = "real", pacing_factor: Optional[float] = None) -> None:
-        """``pacing_factor``: the shaper's and the camera's ``pacing_factor`` (None = their default)."""
+    def __init__(self, lab: Lab, say: Any = print, scene: str = "real", pacing_factor: Optional[float] = None,
+                 camera_pacing_factor: Optional[float] = None) -> None:
+        """``pacing_factor``: the shaper's and the camera's ``pacing_factor`` (None = their default: 2.5
+        and 0); ``camera_pacing_factor``: the camera's alone, over ``pacing_factor`` (None = that)."""
         self.lab, self.say, self.scene, self.pacing_factor = lab, say, scene, pacing_factor
+        self.camera_pacing_factor = pacing_factor if camera_pacing_factor is None else camera_pacing_factor
         self.procs: List[subprocess.Popen] = []
         self.encoder: Optional[subprocess.Popen] = None
         self.throttles: List[subprocess.Popen] = []
@@ -134,8 +137,8 @@ class RobotMix:
                                                          "--scene", self.scene], "mix"))
         self.encoder = camera_streams.start_encoder(lab, ROBOT, topic("camera"), overlay_node(ROBOT),
                                                     f"link_aware_camera_{n}", 6000.0, "encoder",
-                                                    params=None if self.pacing_factor is None else
-                                                    {"pacing_factor": self.pacing_factor})
+                                                    params=None if self.camera_pacing_factor is None else
+                                                    {"pacing_factor": self.camera_pacing_factor})
         camera_streams.encoder_pids(self.encoder)
         self.wait_paths()
         times["paths_s"] = round(time.monotonic() - t0, 1)
