@@ -1,7 +1,7 @@
 """Camera benchmark (not a test): raw vs link-aware JPEG vs H.264 across a 30 Mbit/s relayed campus link.
 
     sudo bash scripts/bench_camera [--out artifacts] [--seconds 8]
-         [--uplink-mbit 30] [--budgets 8000,4000] [--columns direct,derp,peer-relay]
+         [--uplink-mbit 30] [--budgets 8000,4000] [--columns direct,derp,peer-relay] [--video FILE]
 
 One lab run::
 
@@ -24,13 +24,18 @@ encodes only while subscribed) and decisions (quality, rate, budget from ``strea
 Relayed columns repeat the encoded streams for each ``--budgets`` value (kbit/s for derp and
 peer-relay): a budget well below the link's capacity is the lever that keeps control responsive.
 
+The camera plays opencv-doc's vtest.avi (a pedestrian street) by default; ``--video FILE`` plays
+another real scene (any video OpenCV reads; its first 300 frames, scaled to 640x480, looping),
+and every PSNR is computed against that file's frames. The file is checked (its first frame must
+decode) before the lab comes up.
+
 Writes out/bench_camera.json, bench_camera.md, bench_camera.png. Everything started is stopped
 by pid; the lab run is torn down by Lab.down() whatever happens. About 5 min on 2 cores.
 
 ``--tiers``: two viewers of one camera at once (the tiers of one link-aware stream)::
 
     sudo bash scripts/bench_camera --tiers [--kinds h264,jpeg]
-         [--seconds 10] [--uplink-mbit 30] [--pattern scene|synthetic]
+         [--seconds 10] [--uplink-mbit 30] [--pattern scene|synthetic] [--video FILE]
 
     robot1 (b1, eim-adpf; uplink tbf 30 Mbit/s)  ---  backbone  ---  laptop (b2, eim-adpf): direct
       robot.launch (roscore), lab camera 640x480 rgb8 30 Hz,    +---  laptop2 (b3, UDP dropped): derp
@@ -69,6 +74,7 @@ from overlay_manager.lab.campus.core import Lab
 from overlay_manager.lab.campus.errors import LabError
 from overlay_manager.lab.campus.spec_model import Impairment
 from overlay_manager.lab.campus.system import wait_for
+from overlay_manager.lab.probe.scene import DEFAULT_VIDEO, scene_label
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
 SPEC: Dict[str, Any] = {
@@ -113,9 +119,10 @@ def say(msg: str) -> None:
 class CameraBench:
     """One bench run's lab, processes and measurements."""
 
-    def __init__(self, lab: Lab, seconds: float) -> None:
+    def __init__(self, lab: Lab, seconds: float, video: str = "") -> None:
         self.lab = lab
         self.seconds = seconds
+        self.video = video  # the file the camera plays ("" = the lab camera's default scene)
         self.procs: List[subprocess.Popen] = []
         self.encoder: Optional[subprocess.Popen] = None
         self.encoder_pids: List[int] = []
@@ -127,8 +134,9 @@ class CameraBench:
         and echo on robot1, b1's uplink limit."""
         say(f"robot.launch on robot1 (master) and {', '.join(viewers)}")
         robots.start_master_then(self.lab, ROBOT, list(viewers), self.procs)
-        self.procs.append(robots.start_tool(self.lab, ROBOT, ["probe.rosnodes", "camera", "--topic", RAW,
-                                                              "--pattern", pattern], "camera"))
+        camera = ["probe.rosnodes", "camera", "--topic", RAW, "--pattern", pattern]
+        self.procs.append(robots.start_tool(self.lab, ROBOT, camera + camera_streams.video_args(self.video),
+                                            "camera"))
         self.procs.append(robots.start_echo(self.lab, ROBOT))
         self.lab.impair(B1, Impairment(rate_mbit=uplink_mbit))
 
@@ -194,7 +202,8 @@ class CameraBench:
         out: Dict[str, Any] = {}
 
         def view() -> None:
-            out["quality"] = camera_streams.quality(self.lab, LAPTOP, [(kind, topic)], self.seconds)
+            out["quality"] = camera_streams.quality(self.lab, LAPTOP, [(kind, topic)], self.seconds,
+                                                    video=self.video)
 
         def control() -> None:
             time.sleep(3.0)  # the stream runs first
@@ -311,7 +320,8 @@ def tier_run(bench: CameraBench, kind: str, tiered: bool, seconds: float,
 
     def view(role: str) -> None:
         try:
-            out[role] = camera_streams.quality(bench.lab, TIER_VIEWERS[role], [(kind, topics[role])], seconds)
+            out[role] = camera_streams.quality(bench.lab, TIER_VIEWERS[role], [(kind, topics[role])], seconds,
+                                               video=bench.video)
         except LabError as exc:
             out[role + "_error"] = str(exc)
 
@@ -390,12 +400,13 @@ def tier_goals(res: Dict[str, Any], one: Optional[Dict[str, Any]],
 
 
 def run_tiers(out_dir: Path, seconds: float, uplink_mbit: float, kinds: Sequence[str], pattern: str,
-              run_id: Optional[str] = None) -> Dict[str, Any]:
-    """The two-viewer tier benchmark (see the module doc); returns the JSON data (also written)."""
+              run_id: Optional[str] = None, video: str = "") -> Dict[str, Any]:
+    """The two-viewer tier benchmark (see the module doc); returns the JSON data (also written).
+    ``video``: the file the camera plays with ``pattern`` scene ("" = the default scene)."""
     t_run = time.monotonic()
     load_start = [round(x, 2) for x in os.getloadavg()]
     lab = Lab(TIERS_SPEC, run_id=run_id)
-    bench = CameraBench(lab, seconds)
+    bench = CameraBench(lab, seconds, video)
     results: Dict[str, Dict[str, Any]] = {}
     errors: List[str] = []
     try:
@@ -422,7 +433,7 @@ def run_tiers(out_dir: Path, seconds: float, uplink_mbit: float, kinds: Sequence
         lab.down()
     data = {"meta": {"date": time.strftime("%Y-%m-%d %H:%M"), "seconds": seconds, "uplink_mbit": uplink_mbit,
                      "cores": os.cpu_count(), "pattern": pattern,
-                     "image": ("vtest.avi (a pedestrian scene) scaled to 640x480 rgb8, 30 Hz, looping"
+                     "image": (f"{scene_label(video)} scaled to 640x480 rgb8, 30 Hz, looping"
                                if pattern == "scene" else f"{pattern} pattern, 640x480 rgb8, 30 Hz"),
                      "viewers": TIER_VIEWERS, "run_seconds": round(time.monotonic() - t_run), "errors": errors,
                      "load_start": load_start, "load_end": [round(x, 2) for x in os.getloadavg()]},
@@ -476,12 +487,13 @@ KIND_NAMES = {"h264": "H.264", "jpeg": "JPEG"}
 
 
 def run(out_dir: Path, seconds: float, uplink_mbit: float, budgets: Sequence[float], columns: Sequence[str],
-        run_id: Optional[str] = None) -> Dict[str, Any]:
-    """The whole camera benchmark; returns the JSON data (also written to out_dir)."""
+        run_id: Optional[str] = None, video: str = "") -> Dict[str, Any]:
+    """The whole camera benchmark; returns the JSON data (also written to out_dir). ``video``: the
+    file the camera plays ("" = the default scene)."""
     t_run = time.monotonic()
     load_start = [round(x, 2) for x in os.getloadavg()]
     lab = Lab(SPEC, run_id=run_id)
-    bench = CameraBench(lab, seconds)
+    bench = CameraBench(lab, seconds, video)
     results: Dict[str, Dict[str, Any]] = {}
     errors: List[str] = []
     try:
@@ -498,7 +510,7 @@ def run(out_dir: Path, seconds: float, uplink_mbit: float, budgets: Sequence[flo
         lab.down()
     data = {"meta": {"date": time.strftime("%Y-%m-%d %H:%M"), "seconds_per_stream": seconds,
                      "uplink_mbit": uplink_mbit, "budgets_kbps": list(budgets), "cores": os.cpu_count(),
-                     "image": "vtest.avi (a pedestrian scene) scaled to 640x480 rgb8, 30 Hz, looping",
+                     "image": f"{scene_label(video)} scaled to 640x480 rgb8, 30 Hz, looping",
                      "control_hz": 50, "run_seconds": round(time.monotonic() - t_run), "errors": errors,
                      "load_start": load_start, "load_end": [round(x, 2) for x in os.getloadavg()]},
             "columns": list(columns), "results": results}
@@ -633,10 +645,16 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                     help="two viewers at once, direct and relayed: the stream's tiers vs one stream")
     ap.add_argument("--kinds", default="h264,jpeg", help="--tiers: stream kinds to measure, in order")
     ap.add_argument("--pattern", default="scene", choices=["scene", "synthetic"], help="what the camera plays")
+    ap.add_argument("--video", default="", metavar="FILE",
+                    help=f"the real scene the camera plays (any video OpenCV reads, scaled to 640x480; "
+                         f"default {DEFAULT_VIDEO})")
     a = ap.parse_args(argv)
     out = Path(a.out)
     if a.replot:
         return replot(Path(a.replot), out, "bench_camera", render_markdown, plot)
+    video = camera_streams.bench_video("bench_camera", a.video, a.pattern)
+    if video is None:
+        return 2
     if os.geteuid() != 0:
         print("bench_camera: needs root (network namespaces)", file=sys.stderr)
         return 2
@@ -646,7 +664,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             print(f"bench_camera: --kinds: choose from {list(KIND_NAMES)}, got {a.kinds!r}", file=sys.stderr)
             return 2
         try:
-            data = run_tiers(out, a.seconds, a.uplink_mbit, kinds, a.pattern, a.run_id)
+            data = run_tiers(out, a.seconds, a.uplink_mbit, kinds, a.pattern, a.run_id, video)
         except LabError as exc:
             print(f"bench_camera: error: {exc}", file=sys.stderr)
             return 1
@@ -659,7 +677,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print(f"bench_camera: --columns: unknown {bad}; choose from {list(COLUMNS)}", file=sys.stderr)
         return 2
     try:
-        data = run(out, a.seconds, a.uplink_mbit, [float(b) for b in a.budgets.split(",") if b], columns, a.run_id)
+        data = run(out, a.seconds, a.uplink_mbit, [float(b) for b in a.budgets.split(",") if b], columns, a.run_id,
+                   video)
     except LabError as exc:
         print(f"bench_camera: error: {exc}", file=sys.stderr)
         return 1

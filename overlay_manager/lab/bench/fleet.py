@@ -2,7 +2,7 @@
 
     sudo bash scripts/bench_fleet [--out artifacts] [--seconds 10]
          [--uplink-mbit 30] [--budget-kbps 6000] [--episode-mbit 5] [--episode-s 5] [--no-episode]
-         [--pacing-factor F] [--no-guard]
+         [--pacing-factor F] [--no-guard] [--video FILE]
     bash scripts/bench_fleet --replot artifacts/bench_fleet.json
 
 The campus of campus/fleet_camera.py: alpha-robot1..4 in one building whose router drops UDP (every
@@ -22,6 +22,10 @@ episode, the lowest PSNR during it and after it (frames sent from 1 s after the 
 the encoder's reaction time), rate, latency p99 and bitrate during it, frames and undecodable
 messages; the check: no decoded frame sent after the episode more than :data:`EPISODE_MARGIN_DB`
 below the stream's mean before it.
+
+Every camera plays opencv-doc's vtest.avi (a pedestrian street) by default; ``--video FILE`` plays
+another real scene (any video OpenCV reads; its first 300 frames, scaled to 640x480, looping), the
+PSNR's reference too; the file is checked (its first frame must decode) before the lab comes up.
 
 Writes out/bench_fleet.json, bench_fleet.md, bench_fleet.png, bench_fleet_episode.png. About 2 min.
 """
@@ -49,6 +53,7 @@ from overlay_manager.lab.campus.fleet_camera import (
     FleetCamera,
 )
 from overlay_manager.lab.campus.spec_model import Impairment
+from overlay_manager.lab.probe.scene import DEFAULT_VIDEO, scene_label
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
 GOALS = {"rate_hz": 29.0, "psnr_mean": 38.0, "latency_p99_ms": 100.0, "rtt_p99_ms": 50.0}
@@ -100,15 +105,16 @@ def episode_check(frames: Sequence[Sequence[Any]], t_congest: float, t_restore: 
 
 def run(out_dir: Path, seconds: float, uplink_mbit: float, budget_kbps: float, episode_mbit: Optional[float],
         run_id: Optional[str] = None, episode_s: float = EPISODE_S,
-        pacing_factor: Optional[float] = None, guard: bool = True) -> Dict[str, Any]:
+        pacing_factor: Optional[float] = None, guard: bool = True, video: str = "") -> Dict[str, Any]:
     """The whole benchmark; returns the JSON data (also written to out_dir). ``pacing_factor``: the
-    encoders' (None = their default, 2.5); ``guard`` False: every node without its path guard and
-    home check (``node.guard_interval: 0``, ``node.home_check_interval: 0``)."""
+    encoders' (None = their default, 0: unpaced); ``guard`` False: every node without its path guard
+    and home check (``node.guard_interval: 0``, ``node.home_check_interval: 0``); ``video``: the
+    file the cameras play ("" = the default scene)."""
     t_run = time.monotonic()
     load_start = load_average()
     lab = Lab(SPEC, run_id=run_id,
               robot_overrides=None if guard else {"node": {"guard_interval": 0, "home_check_interval": 0}})
-    fc = FleetCamera(lab, say=say)
+    fc = FleetCamera(lab, say=say, video=video)
     results: Dict[str, Any] = {}
     errors: List[str] = []
     episode: Dict[str, Any] = {}
@@ -167,7 +173,7 @@ def run(out_dir: Path, seconds: float, uplink_mbit: float, budget_kbps: float, e
                      "uplink_mbit": uplink_mbit, "budget_kbps": budget_kbps, "pacing_factor": pacing_factor,
                      "guard": guard, "cores": os.cpu_count(),
                      "load_start": load_start, "load_end": load_average(),
-                     "image": "vtest.avi scaled to 640x480 rgb8, 30 Hz, looping", "control_hz": 50,
+                     "image": f"{scene_label(video)} scaled to 640x480 rgb8, 30 Hz, looping", "control_hz": 50,
                      "robots": list(ROBOTS), "viewer": LAPTOP, "kinds": kinds, "goals": GOALS,
                      "episode_margin_db": EPISODE_MARGIN_DB, "run_seconds": round(time.monotonic() - t_run),
                      "errors": errors},
@@ -336,22 +342,28 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                     help="how long the congestion episode lasts (s; long ones show a link that stays congested)")
     ap.add_argument("--no-episode", action="store_true")
     ap.add_argument("--pacing-factor", type=float, default=None,
-                    help="the encoders' pacing_factor (default: theirs, 0 = no pacing; e.g. 2.5)")
+                    help="the encoders' pacing_factor (default: theirs, 0 = no pacing; e.g. 2.5: paced)")
     ap.add_argument("--no-guard", action="store_true",
                     help="every node without its path guard and home check (node.guard_interval and "
                          "node.home_check_interval 0): what they cost the streams")
+    ap.add_argument("--video", default="", metavar="FILE",
+                    help=f"the real scene every camera plays (any video OpenCV reads, scaled to 640x480; "
+                         f"default {DEFAULT_VIDEO})")
     ap.add_argument("--run-id", default=None)
     ap.add_argument("--replot", metavar="JSON", help="only re-render the table and plots from a bench_fleet.json")
     a = ap.parse_args(argv)
     out = Path(a.out)
     if a.replot:
         return replot(Path(a.replot), out, "bench_fleet", render_markdown, plot)
+    video = camera_streams.bench_video("bench_fleet", a.video)
+    if video is None:
+        return 2
     if os.geteuid() != 0:
         print("bench_fleet: needs root (network namespaces)", file=sys.stderr)
         return 2
     try:
         data = run(out, a.seconds, a.uplink_mbit, a.budget_kbps, None if a.no_episode else a.episode_mbit, a.run_id,
-                   a.episode_s, a.pacing_factor, guard=not a.no_guard)
+                   a.episode_s, a.pacing_factor, guard=not a.no_guard, video=video)
     except LabError as exc:
         print(f"bench_fleet: error: {exc}", file=sys.stderr)
         return 1

@@ -19,6 +19,7 @@ import json
 import os
 import shlex
 import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
@@ -27,10 +28,33 @@ from overlay_manager.lab.campus import robots
 from overlay_manager.lab.campus.core import Lab
 from overlay_manager.lab.campus.errors import LabError
 from overlay_manager.lab.campus.system import wait_for
+from overlay_manager.lab.probe.scene import VideoError, check_video
 
 KIND_LABELS = {"raw": "raw rgb8", "jpeg": "link-aware JPEG", "h264": "link-aware H.264"}
 """How reports name each stream kind."""
 RAW_FRAME_BYTES = 640 * 480 * 3
+
+
+def bench_video(prog: str, video: str, pattern: str = "scene") -> Optional[str]:
+    """A benchmark's ``--video`` checked before its lab comes up: "" for the default scene, the
+    file's absolute path when its first frame decodes, or None once it printed what is wrong
+    (``prog``: the command's name, for the message)."""
+    if not video:
+        return ""
+    if pattern != "scene":
+        print(f"{prog}: --video {video}: the camera plays a video only with --pattern scene "
+              f"(got --pattern {pattern})", file=sys.stderr)
+        return None
+    try:
+        return str(check_video(Path(video)))
+    except VideoError as exc:
+        print(f"{prog}: --video: {exc}", file=sys.stderr)
+        return None
+
+
+def video_args(video: str) -> List[str]:
+    """``--video FILE`` for the lab camera and ``probe quality`` ([] for the default scene)."""
+    return ["--video", str(video)] if video else []
 
 
 def stream_topics(raw: str) -> Dict[str, List[str]]:
@@ -67,14 +91,16 @@ def detect_many(lab: Lab, host: str, raws: Sequence[str], wait_s: float = 8.0) -
 
 
 def quality(lab: Lab, host: str, streams: Sequence[Tuple[str, str]], seconds: float, timeout: float = 60.0,
-            psnr_every: int = 1, frames: bool = False) -> Dict[str, Any]:
+            psnr_every: int = 1, frames: bool = False, video: str = "") -> Dict[str, Any]:
     """``probe quality`` on ``host`` for (kind, topic) streams; the probe's JSON (``streams`` per
-    topic, window ``t_start``/``t_end``)."""
+    topic, window ``t_start``/``t_end``). ``video``: the file the camera plays ("" = the lab
+    camera's default), the source of the PSNR's reference frames."""
     args = ["quality", "--seconds", f"{seconds:g}", "--timeout", f"{timeout:g}", "--psnr-every", str(psnr_every)]
     for kind, topic in streams:
         args += ["--stream", f"{kind}:{topic}"]
     if frames:
         args.append("--frames")
+    args += video_args(video)
     return robots.run_probe(lab, host, args, timeout=seconds + timeout + 60)
 
 

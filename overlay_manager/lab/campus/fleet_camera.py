@@ -65,8 +65,9 @@ class FleetCamera:
     (made from :data:`SPEC`). Every process started is kept in ``procs`` and stopped by pid in
     :meth:`stop`; ``say`` narrates."""
 
-    def __init__(self, lab: Lab, say: Any = print) -> None:
+    def __init__(self, lab: Lab, say: Any = print, video: str = "") -> None:
         self.lab, self.say = lab, say
+        self.video = video  # the file every camera plays ("" = the lab camera's default scene)
         self.procs: List[subprocess.Popen] = []
         self.encoders: Dict[str, subprocess.Popen] = {}
         self.streams: Dict[str, Dict[str, str]] = {}  # robot -> kind -> topic
@@ -89,7 +90,7 @@ class FleetCamera:
         lab.impair(ROBOT_BUILDING, Impairment(rate_mbit=uplink_mbit))
         for r in ROBOTS:
             ns = ros_namespace(r)
-            camera = ["probe.rosnodes", "camera", "--topic", raw_topic(r)]
+            camera = ["probe.rosnodes", "camera", "--topic", raw_topic(r), *camera_streams.video_args(self.video)]
             self.procs.append(robots.start_tool(lab, r, camera, "camera"))
             self.procs.append(robots.start_tool(lab, r, ["probe.rosnodes", "echo", "--input", f"/{ns}/cmd_vel",
                                                          "--output", f"/{ns}/cmd_vel_echo"], "twist_echo"))
@@ -138,7 +139,7 @@ class FleetCamera:
 
         def viewer() -> None:
             out["quality"] = camera_streams.quality(self.lab, LAPTOP, topics, seconds, psnr_every=psnr_every,
-                                                    frames=frames)
+                                                    frames=frames, video=self.video)
 
         def twist(r: str) -> None:
             ns = ros_namespace(r)
@@ -186,7 +187,8 @@ class FleetCamera:
     def late_subscriber(self, kind: str, robot: str, seconds: float = 4.0) -> Dict[str, Any]:
         """A new viewer of one robot's stream while the others stream: seconds to its first
         message and its first decoded picture (a keyframe for H.264)."""
-        q = camera_streams.quality(self.lab, LAPTOP, [(kind, self.streams[robot][kind])], seconds)
+        q = camera_streams.quality(self.lab, LAPTOP, [(kind, self.streams[robot][kind])], seconds,
+                                   video=self.video)
         return camera_streams.stream_row(q["streams"][self.streams[robot][kind]])
 
     def stop(self) -> None:

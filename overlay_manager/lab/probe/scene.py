@@ -159,6 +159,26 @@ class VideoFrames:
             self._cap = None
 
 
+def check_video(video: Path) -> Path:
+    """``video`` as an absolute path once its first frame decodes (what a benchmark checks before
+    it brings a lab up). Raises VideoError naming the file and what is wrong with it."""
+    path = Path(video).expanduser().absolute()
+    src = VideoFrames(path, 64, 48)
+    try:
+        src.next()
+    finally:
+        src.close()
+    return path
+
+
+def scene_label(video: Optional[Path] = None) -> str:
+    """How reports name the scene a camera plays: the default video's description, or the file."""
+    path = Path(video).absolute() if video else DEFAULT_VIDEO
+    if path == DEFAULT_VIDEO:
+        return f"{DEFAULT_VIDEO.name} (a pedestrian scene)"
+    return str(path)
+
+
 def cache_dir() -> Path:
     """Where scaled scenes are cached: /dev/shm (memory) when there is one, else the temp dir."""
     base = Path("/dev/shm") if Path("/dev/shm").is_dir() else Path(tempfile.gettempdir())

@@ -210,3 +210,57 @@ def test_h264_on_the_real_scene():
     mean = sum(values) / len(values)
     assert 38.0 < mean < 60.0, values  # ffmpeg's psnr filter gives 40.9 dB at 1.5 Mbit/s here
     assert psnr(frames[40], frames[0]) < mean - 10
+
+
+def test_check_video_gives_the_absolute_path_of_a_decodable_file(small_video, tmp_path, monkeypatch):
+    """What a benchmark's --video is checked with before its lab comes up: a video whose first
+    frame decodes comes back absolute; a file that is not a video, or not there, is refused by
+    name."""
+    from overlay_manager.lab.probe.scene import VideoError, check_video
+
+    monkeypatch.chdir(small_video.parent)
+    assert check_video(small_video.name) == small_video
+    junk = tmp_path / "notes.avi"
+    junk.write_text("not a video\n")
+    with pytest.raises(VideoError, match=r"notes\.avi"):
+        check_video(junk)
+    with pytest.raises(VideoError, match=r"none\.avi.*not found"):
+        check_video(tmp_path / "none.avi")
+
+
+def test_scene_label_names_the_default_scene_or_the_file(tmp_path):
+    from overlay_manager.lab.probe.scene import DEFAULT_VIDEO, scene_label
+
+    assert scene_label() == "vtest.avi (a pedestrian scene)"
+    assert scene_label(DEFAULT_VIDEO) == "vtest.avi (a pedestrian scene)"
+    assert scene_label(tmp_path / "Megamind.avi") == str(tmp_path / "Megamind.avi")
+
+
+@pytest.mark.parametrize("prog", ["bench_camera", "bench_fleet"])
+def test_benches_refuse_a_bad_video_before_the_lab(prog, small_video, tmp_path, capsys):
+    """--video is checked first (exit 2, the file named), before the root check and the lab."""
+    from overlay_manager.lab.bench import camera, fleet
+
+    main = {"bench_camera": camera.main, "bench_fleet": fleet.main}[prog]
+    assert main(["--video", str(tmp_path / "none.avi"), "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert f"{prog}: --video:" in err and "none.avi" in err and "not found" in err
+    assert not list(tmp_path.glob("bench_*"))
+    if prog == "bench_camera":
+        assert main(["--tiers", "--pattern", "synthetic", "--video", str(small_video), "--out", str(tmp_path)]) == 2
+        assert "only with --pattern scene" in capsys.readouterr().err
+
+
+def test_the_video_reaches_the_camera_and_the_viewer(small_video, monkeypatch):
+    """The camera and probe quality both get --video (the PSNR's reference is the file played);
+    none for the default scene."""
+    from overlay_manager.lab.campus import camera_streams, robots
+
+    seen = []
+    monkeypatch.setattr(robots, "run_probe", lambda lab, host, args, timeout=0: seen.append(args) or {})
+    camera_streams.quality(None, "ops-laptop", [("h264", "/c/link_aware_h264")], 5, video=str(small_video))
+    camera_streams.quality(None, "ops-laptop", [("h264", "/c/link_aware_h264")], 5)
+    assert seen[0][-2:] == ["--video", str(small_video)]
+    assert "--video" not in seen[1]
+    assert camera_streams.bench_video("bench_fleet", "") == ""
+    assert camera_streams.bench_video("bench_fleet", str(small_video)) == str(small_video)
