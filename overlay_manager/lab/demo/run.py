@@ -2,11 +2,12 @@
 
     sudo bash scripts/demo            # setup + build + this module
     sudo /usr/bin/python3 -m overlay_manager.lab.demo.run [--spec config/lab/two_buildings.yaml]
-                                                      [--live 20] [--blocked 30]
+                                                      [--live 20] [--blocked 30] [--video FILE]
 
 Steps (each narrated): a lab with two buildings behind NATs and Headscale; robot1 (building b1)
 runs robot.launch as the ROS master (camera_topics:=/camera/image_raw: the link-aware encoder)
-plus the lab camera playing a real scene (640x480 rgb8, 30 Hz, frame index in header.frame_id);
+plus the lab camera playing a real scene (opencv-doc's vtest.avi, or ``--video FILE``: any video
+OpenCV reads; 640x480 rgb8, 30 Hz, frame index in header.frame_id);
 the laptop (building b2) runs robot.launch; a live table of what the laptop's and robot1's
 overlay nodes report (path, endpoint, latency) and the rate and latency of the raw camera the
 laptop receives; UDP blocked at b1's router: the path turns derp and the raw rate drops; then
@@ -34,7 +35,7 @@ from overlay_manager.lab.campus import camera_streams, robots
 from overlay_manager.lab.campus.core import Lab
 from overlay_manager.lab.campus.errors import LabError
 from overlay_manager.lab.campus.layout import REPO_ROOT, missing_prerequisites
-from overlay_manager.lab.probe.scene import DEFAULT_VIDEO
+from overlay_manager.lab.probe.scene import DEFAULT_VIDEO, scene_label
 
 ROBOT, LAPTOP = "alpha-robot1", "alpha-laptop"
 CAMERA = "/camera/image_raw"
@@ -70,9 +71,11 @@ class PathSeen:
 class Demo:
     """The demo's steps; ``say`` prints narration, lab commands go to ``log``."""
 
-    def __init__(self, spec: str, live_s: float, blocked_s: float, workdir: Path, stream_s: float = 8.0) -> None:
+    def __init__(self, spec: str, live_s: float, blocked_s: float, workdir: Path, stream_s: float = 8.0,
+                 video: str = "") -> None:
         self.spec, self.live_s, self.blocked_s, self.workdir = spec, live_s, blocked_s, workdir
         self.stream_s = stream_s
+        self.video = video  # the file the camera plays ("" = the default scene)
         self.t0 = time.monotonic()
         self.log_path = workdir / "demo.log"
         self._log = open(self.log_path, "a", encoding="utf-8")  # noqa: SIM115 - closed in run()
@@ -118,10 +121,12 @@ class Demo:
                  "camera_topics starts the link-aware encoder)")
         self.procs.append(robots.start_robot(lab, ROBOT, master=True, launch_args=[f"camera_topics:={CAMERA}"]))
         robots.peers(lab, ROBOT, timeout=90, node=node(ROBOT))
+        scene = scene_label(self.video) if self.video else f"{DEFAULT_VIDEO.name}, pedestrians"
         self.say(f"    {ROBOT} enrolled as {ROBOT}.{lab.spec.control.base_domain} ({lab.overlay_ip(ROBOT)}); "
-                 f"starting its camera: a real scene ({DEFAULT_VIDEO.name}, pedestrians) as 640x480 rgb8 "
+                 f"starting its camera: a real scene ({scene}) as 640x480 rgb8 "
                  f"sensor_msgs/Image at 30 Hz on {CAMERA}, each frame's index in header.frame_id")
-        self.procs.append(robots.start_tool(lab, ROBOT, ["probe.rosnodes", "camera", "--topic", CAMERA], "camera"))
+        self.procs.append(robots.start_tool(lab, ROBOT, ["probe.rosnodes", "camera", "--topic", CAMERA,
+                                                         *camera_streams.video_args(self.video)], "camera"))
         self.say(f"    {LAPTOP} (b2): the same two commands, with --wait-master 90")
         self.procs.append(robots.start_robot(lab, LAPTOP, master=False))
         robots.peers(lab, LAPTOP, min_peers=1, timeout=120, node=node(LAPTOP))
@@ -158,7 +163,7 @@ class Demo:
                  "of each decoded picture against its source frame:")
         self.summary["derp"] = {}
         for kind in kinds:
-            q = camera_streams.quality(lab, LAPTOP, [(kind, self.streams[kind])], self.stream_s)
+            q = camera_streams.quality(lab, LAPTOP, [(kind, self.streams[kind])], self.stream_s, video=self.video)
             row = q["streams"][self.streams[kind]]
             self.summary["derp"][kind] = row
             print(f"      {camera_streams.KIND_LABELS[kind]:<17} {self.streams[kind]:<34} {stream_cells(row)}",
@@ -275,7 +280,13 @@ def main(argv: Optional[List[str]] = None) -> int:
     ap.add_argument("--live", type=float, default=20.0, help="seconds of live table before blocking UDP")
     ap.add_argument("--blocked", type=float, default=30.0, help="at most this many seconds waiting for derp")
     ap.add_argument("--stream", type=float, default=8.0, help="seconds each stream is measured alone on derp")
+    ap.add_argument("--video", default="", metavar="FILE",
+                    help=f"the real scene the camera plays (any video OpenCV reads, scaled to 640x480; "
+                         f"default {DEFAULT_VIDEO})")
     args = ap.parse_args(argv)
+    video = camera_streams.bench_video("demo", args.video)
+    if video is None:
+        return 2
     missing = missing_prerequisites()
     if missing:
         print("demo: the lab cannot run here, missing: " + "; ".join(missing), file=sys.stderr)
@@ -286,7 +297,7 @@ def main(argv: Optional[List[str]] = None) -> int:
 
     signal.signal(signal.SIGTERM, on_term)
     workdir = Path(tempfile.mkdtemp(prefix="overlay-demo-"))
-    demo = Demo(args.spec, args.live, args.blocked, workdir, args.stream)
+    demo = Demo(args.spec, args.live, args.blocked, workdir, args.stream, video)
     try:
         demo.run()
     except KeyboardInterrupt:

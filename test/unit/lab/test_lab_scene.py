@@ -264,3 +264,12 @@ def test_the_video_reaches_the_camera_and_the_viewer(small_video, monkeypatch):
     assert "--video" not in seen[1]
     assert camera_streams.bench_video("bench_fleet", "") == ""
     assert camera_streams.bench_video("bench_fleet", str(small_video)) == str(small_video)
+
+
+def test_the_demo_refuses_a_bad_video_before_the_lab(tmp_path, capsys):
+    pytest.importorskip("cv2")
+    from overlay_manager.lab.demo import run
+
+    assert run.main(["--video", str(tmp_path / "none.avi")]) == 2
+    err = capsys.readouterr().err
+    assert "demo: --video:" in err and "none.avi" in err
