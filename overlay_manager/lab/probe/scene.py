@@ -163,6 +163,8 @@ def check_video(video: Path) -> Path:
     """``video`` as an absolute path once its first frame decodes (what a benchmark checks before
     it brings a lab up). Raises VideoError naming the file and what is wrong with it."""
     path = Path(video).expanduser().absolute()
+    if path != DEFAULT_VIDEO and not path.is_file():
+        raise VideoError(f"video {path}: no such file" if not path.exists() else f"video {path}: not a file")
     src = VideoFrames(path, 64, 48)
     try:
         src.next()
