@@ -74,7 +74,6 @@ from overlay_manager.lab.campus.core import Lab
 from overlay_manager.lab.campus.errors import LabError
 from overlay_manager.lab.campus.spec_model import Impairment
 from overlay_manager.lab.campus.system import wait_for
-from overlay_manager.lab.probe.scene import DEFAULT_VIDEO, scene_label
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
 SPEC: Dict[str, Any] = {
@@ -433,7 +432,7 @@ def run_tiers(out_dir: Path, seconds: float, uplink_mbit: float, kinds: Sequence
         lab.down()
     data = {"meta": {"date": time.strftime("%Y-%m-%d %H:%M"), "seconds": seconds, "uplink_mbit": uplink_mbit,
                      "cores": os.cpu_count(), "pattern": pattern,
-                     "image": (f"{scene_label(video)} scaled to 640x480 rgb8, 30 Hz, looping"
+                     "image": (camera_streams.scene_image(video)
                                if pattern == "scene" else f"{pattern} pattern, 640x480 rgb8, 30 Hz"),
                      "viewers": TIER_VIEWERS, "run_seconds": round(time.monotonic() - t_run), "errors": errors,
                      "load_start": load_start, "load_end": [round(x, 2) for x in os.getloadavg()]},
@@ -510,7 +509,7 @@ def run(out_dir: Path, seconds: float, uplink_mbit: float, budgets: Sequence[flo
         lab.down()
     data = {"meta": {"date": time.strftime("%Y-%m-%d %H:%M"), "seconds_per_stream": seconds,
                      "uplink_mbit": uplink_mbit, "budgets_kbps": list(budgets), "cores": os.cpu_count(),
-                     "image": f"{scene_label(video)} scaled to 640x480 rgb8, 30 Hz, looping",
+                     "image": camera_streams.scene_image(video),
                      "control_hz": 50, "run_seconds": round(time.monotonic() - t_run), "errors": errors,
                      "load_start": load_start, "load_end": [round(x, 2) for x in os.getloadavg()]},
             "columns": list(columns), "results": results}
@@ -645,9 +644,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                     help="two viewers at once, direct and relayed: the stream's tiers vs one stream")
     ap.add_argument("--kinds", default="h264,jpeg", help="--tiers: stream kinds to measure, in order")
     ap.add_argument("--pattern", default="scene", choices=["scene", "synthetic"], help="what the camera plays")
-    ap.add_argument("--video", default="", metavar="FILE",
-                    help=f"the real scene the camera plays (any video OpenCV reads, scaled to 640x480; "
-                         f"default {DEFAULT_VIDEO})")
+    camera_streams.add_video_argument(ap)
     a = ap.parse_args(argv)
     out = Path(a.out)
     if a.replot:

@@ -53,7 +53,6 @@ from overlay_manager.lab.campus.fleet_camera import (
     FleetCamera,
 )
 from overlay_manager.lab.campus.spec_model import Impairment
-from overlay_manager.lab.probe.scene import DEFAULT_VIDEO, scene_label
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
 GOALS = {"rate_hz": 29.0, "psnr_mean": 38.0, "latency_p99_ms": 100.0, "rtt_p99_ms": 50.0}
@@ -173,7 +172,7 @@ def run(out_dir: Path, seconds: float, uplink_mbit: float, budget_kbps: float, e
                      "uplink_mbit": uplink_mbit, "budget_kbps": budget_kbps, "pacing_factor": pacing_factor,
                      "guard": guard, "cores": os.cpu_count(),
                      "load_start": load_start, "load_end": load_average(),
-                     "image": f"{scene_label(video)} scaled to 640x480 rgb8, 30 Hz, looping", "control_hz": 50,
+                     "image": camera_streams.scene_image(video), "control_hz": 50,
                      "robots": list(ROBOTS), "viewer": LAPTOP, "kinds": kinds, "goals": GOALS,
                      "episode_margin_db": EPISODE_MARGIN_DB, "run_seconds": round(time.monotonic() - t_run),
                      "errors": errors},
@@ -346,9 +345,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     ap.add_argument("--no-guard", action="store_true",
                     help="every node without its path guard and home check (node.guard_interval and "
                          "node.home_check_interval 0): what they cost the streams")
-    ap.add_argument("--video", default="", metavar="FILE",
-                    help=f"the real scene every camera plays (any video OpenCV reads, scaled to 640x480; "
-                         f"default {DEFAULT_VIDEO})")
+    camera_streams.add_video_argument(ap, "every camera")
     ap.add_argument("--run-id", default=None)
     ap.add_argument("--replot", metavar="JSON", help="only re-render the table and plots from a bench_fleet.json")
     a = ap.parse_args(argv)

@@ -15,6 +15,7 @@ H.264 the moment the encoder publishes it and JPEG until then.
 """
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import shlex
@@ -28,11 +29,23 @@ from overlay_manager.lab.campus import robots
 from overlay_manager.lab.campus.core import Lab
 from overlay_manager.lab.campus.errors import LabError
 from overlay_manager.lab.campus.system import wait_for
-from overlay_manager.lab.probe.scene import VideoError, check_video
+from overlay_manager.lab.probe.scene import DEFAULT_VIDEO, VideoError, check_video, scene_label
 
 KIND_LABELS = {"raw": "raw rgb8", "jpeg": "link-aware JPEG", "h264": "link-aware H.264"}
 """How reports name each stream kind."""
 RAW_FRAME_BYTES = 640 * 480 * 3
+
+
+def add_video_argument(ap: argparse.ArgumentParser, who: str = "the camera") -> None:
+    """``--video FILE`` on a benchmark's (or the demo's) command line; check it with :func:`bench_video`."""
+    ap.add_argument("--video", default="", metavar="FILE",
+                    help=f"the real scene {who} plays (any video OpenCV reads, scaled to 640x480; "
+                         f"default {DEFAULT_VIDEO})")
+
+
+def scene_image(video: str) -> str:
+    """A report's description of what the lab camera plays: the scene, scaled and looped."""
+    return f"{scene_label(video)} scaled to 640x480 rgb8, 30 Hz, looping"
 
 
 def bench_video(prog: str, video: str, pattern: str = "scene") -> Optional[str]:

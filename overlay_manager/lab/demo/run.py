@@ -280,9 +280,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     ap.add_argument("--live", type=float, default=20.0, help="seconds of live table before blocking UDP")
     ap.add_argument("--blocked", type=float, default=30.0, help="at most this many seconds waiting for derp")
     ap.add_argument("--stream", type=float, default=8.0, help="seconds each stream is measured alone on derp")
-    ap.add_argument("--video", default="", metavar="FILE",
-                    help=f"the real scene the camera plays (any video OpenCV reads, scaled to 640x480; "
-                         f"default {DEFAULT_VIDEO})")
+    camera_streams.add_video_argument(ap)
     args = ap.parse_args(argv)
     video = camera_streams.bench_video("demo", args.video)
     if video is None:
